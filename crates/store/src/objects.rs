@@ -1,0 +1,250 @@
+//! The in-memory object table: for every object its version and, for every
+//! allocated block, where the block lives and its checksum.
+//!
+//! A block lives either in the data area (`Loc::Data`) or still in a journal
+//! record held in memory (`Loc::Journal`). Locations are packed into a `u64`
+//! so that a block entry is 16 bytes.
+
+use pontoon_types::{ObjectId, Version};
+use rustc_hash::FxHashMap;
+
+const JOURNAL_BIT: u64 = 1 << 63;
+const RECNO_BITS: u32 = 41;
+const BUF_BITS: u32 = 10;
+const OFF_BITS: u32 = 12;
+
+/// Where a block's current contents are.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Loc {
+    /// Data-area block number (relative to the slice's data area).
+    Data(u64),
+    /// Block `off` of buffer `buf` of in-memory journal record `recno`.
+    Journal { recno: u64, buf: u32, off: u32 },
+}
+
+impl Loc {
+    pub(crate) fn pack(self) -> u64 {
+        match self {
+            Loc::Data(p) => {
+                debug_assert!(p & JOURNAL_BIT == 0);
+                p
+            }
+            Loc::Journal { recno, buf, off } => {
+                debug_assert!(
+                    recno < 1 << RECNO_BITS && buf < 1 << BUF_BITS && off < 1 << OFF_BITS
+                );
+                JOURNAL_BIT | recno << (BUF_BITS + OFF_BITS) | (buf as u64) << OFF_BITS | off as u64
+            }
+        }
+    }
+
+    pub(crate) fn unpack(v: u64) -> Self {
+        if v & JOURNAL_BIT == 0 {
+            Loc::Data(v)
+        } else {
+            Loc::Journal {
+                recno: (v & !JOURNAL_BIT) >> (BUF_BITS + OFF_BITS),
+                buf: ((v >> OFF_BITS) & ((1 << BUF_BITS) - 1)) as u32,
+                off: (v & ((1 << OFF_BITS) - 1)) as u32,
+            }
+        }
+    }
+}
+
+/// Most buffers one record may hold (the buffer field's width).
+pub(crate) const MAX_RECORD_BUFS: usize = 1 << BUF_BITS;
+
+/// One allocated block of an object.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct BlockEntry {
+    pub blk: u32,
+    pub crc: u32,
+    loc: u64,
+}
+
+impl BlockEntry {
+    pub(crate) fn new(blk: u32, crc: u32, loc: Loc) -> Self {
+        Self {
+            blk,
+            crc,
+            loc: loc.pack(),
+        }
+    }
+
+    pub(crate) fn loc(&self) -> Loc {
+        Loc::unpack(self.loc)
+    }
+}
+
+/// An object's metadata: version and allocated blocks sorted by index.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct ObjectMeta {
+    pub version: Version,
+    pub blocks: Vec<BlockEntry>,
+}
+
+impl ObjectMeta {
+    /// Index of the first block entry with `blk >= start`.
+    pub(crate) fn lower_bound(&self, start: u32) -> usize {
+        self.blocks.partition_point(|b| b.blk < start)
+    }
+
+    /// The entry for block `blk`, if allocated.
+    pub(crate) fn get(&self, blk: u32) -> Option<&BlockEntry> {
+        let i = self.lower_bound(blk);
+        self.blocks.get(i).filter(|b| b.blk == blk)
+    }
+
+    /// Entries with `start <= blk < end`.
+    pub(crate) fn range(&self, start: u32, end: u32) -> &[BlockEntry] {
+        let a = self.lower_bound(start);
+        let b = a + self.blocks[a..].partition_point(|e| e.blk < end);
+        &self.blocks[a..b]
+    }
+
+    /// Number of blocks in `start..end` that are not allocated.
+    pub(crate) fn missing_in(&self, start: u32, end: u32) -> u32 {
+        (end - start) - self.range(start, end).len() as u32
+    }
+
+    /// Sets blocks `start..start+n` to `new(i)`, reporting every replaced
+    /// entry to `replaced`.
+    pub(crate) fn set_range(
+        &mut self,
+        start: u32,
+        n: u32,
+        mut new: impl FnMut(u32) -> BlockEntry,
+        mut replaced: impl FnMut(BlockEntry),
+    ) {
+        let end = start + n;
+        let a = self.lower_bound(start);
+        let b = a + self.blocks[a..].partition_point(|e| e.blk < end);
+        if b - a == n as usize {
+            for (i, slot) in self.blocks[a..b].iter_mut().enumerate() {
+                replaced(*slot);
+                *slot = new(i as u32);
+                debug_assert_eq!(slot.blk, start + i as u32);
+            }
+            return;
+        }
+        for old in self.blocks.drain(a..b) {
+            replaced(old);
+        }
+        self.blocks.splice(a..a, (0..n).map(&mut new));
+        debug_assert!(self.blocks.windows(2).all(|w| w[0].blk < w[1].blk));
+    }
+
+    /// Removes blocks `start..start+n`, reporting each removed entry.
+    pub(crate) fn remove_range(&mut self, start: u32, n: u32, removed: impl FnMut(BlockEntry)) {
+        let end = start.saturating_add(n);
+        let a = self.lower_bound(start);
+        let b = a + self.blocks[a..].partition_point(|e| e.blk < end);
+        self.blocks.drain(a..b).for_each(removed);
+    }
+
+    /// Repoints block `blk` from `from` to `to` if it still lives at `from`.
+    pub(crate) fn relocate(&mut self, blk: u32, from: Loc, to: Loc) -> bool {
+        let i = self.lower_bound(blk);
+        match self.blocks.get_mut(i) {
+            Some(e) if e.blk == blk && e.loc == from.pack() => {
+                e.loc = to.pack();
+                true
+            }
+            _ => false,
+        }
+    }
+}
+
+/// All objects of one store slice.
+#[derive(Default)]
+pub(crate) struct ObjectTable {
+    pub map: FxHashMap<ObjectId, ObjectMeta>,
+}
+
+impl ObjectTable {
+    pub(crate) fn get(&self, oid: &ObjectId) -> Option<&ObjectMeta> {
+        self.map.get(oid)
+    }
+
+    pub(crate) fn get_mut(&mut self, oid: &ObjectId) -> Option<&mut ObjectMeta> {
+        self.map.get_mut(oid)
+    }
+
+    pub(crate) fn entry(&mut self, oid: ObjectId) -> &mut ObjectMeta {
+        self.map.entry(oid).or_default()
+    }
+
+    pub(crate) fn remove(&mut self, oid: &ObjectId) -> Option<ObjectMeta> {
+        self.map.remove(oid)
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.map.len()
+    }
+
+    /// Blocks in `start..start+n` of `oid` that are not allocated.
+    pub(crate) fn missing(&self, oid: &ObjectId, start: u32, n: u32) -> u32 {
+        self.map
+            .get(oid)
+            .map_or(n, |o| o.missing_in(start, start + n))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn locations_pack_losslessly() {
+        for l in [
+            Loc::Data(0),
+            Loc::Data((1 << 62) - 1),
+            Loc::Journal {
+                recno: 0,
+                buf: 0,
+                off: 0,
+            },
+            Loc::Journal {
+                recno: (1 << 41) - 1,
+                buf: 1023,
+                off: 4095,
+            },
+        ] {
+            assert_eq!(Loc::unpack(l.pack()), l);
+        }
+    }
+
+    #[test]
+    fn set_range_replaces_and_inserts_in_order() {
+        let mut o = ObjectMeta::default();
+        let mut freed = vec![];
+        o.set_range(
+            4,
+            2,
+            |i| BlockEntry::new(4 + i, 0, Loc::Data(100 + i as u64)),
+            |e| freed.push(e.blk),
+        );
+        o.set_range(
+            0,
+            1,
+            |_| BlockEntry::new(0, 0, Loc::Data(1)),
+            |e| freed.push(e.blk),
+        );
+        o.set_range(
+            3,
+            3,
+            |i| BlockEntry::new(3 + i, 0, Loc::Data(200 + i as u64)),
+            |e| freed.push(e.blk),
+        );
+        assert_eq!(freed, vec![4, 5]);
+        let blks: Vec<u32> = o.blocks.iter().map(|b| b.blk).collect();
+        assert_eq!(blks, vec![0, 3, 4, 5]);
+        assert_eq!(o.get(4).unwrap().loc(), Loc::Data(201));
+        assert_eq!(o.missing_in(0, 6), 2);
+        let mut removed = vec![];
+        o.remove_range(4, 100, |e| removed.push(e.blk));
+        assert_eq!(removed, vec![4, 5]);
+        assert!(o.relocate(3, Loc::Data(200), Loc::Data(9)));
+        assert!(!o.relocate(3, Loc::Data(200), Loc::Data(10)));
+    }
+}
