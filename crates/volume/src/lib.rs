@@ -67,7 +67,12 @@ pub trait BlockVolume: 'static {
     fn read(&self, offset: u64, len: u64) -> impl Future<Output = Result<AlignedBuf, VolumeError>>;
 
     /// Writes `data` at `offset`.
-    fn write(&self, offset: u64, data: AlignedBuf, fua: bool) -> impl Future<Output = Result<(), VolumeError>>;
+    fn write(
+        &self,
+        offset: u64,
+        data: AlignedBuf,
+        fua: bool,
+    ) -> impl Future<Output = Result<(), VolumeError>>;
 
     /// Makes every completed write durable.
     fn flush(&self) -> impl Future<Output = Result<(), VolumeError>>;
@@ -76,12 +81,21 @@ pub trait BlockVolume: 'static {
     fn discard(&self, offset: u64, len: u64) -> impl Future<Output = Result<(), VolumeError>>;
 
     /// Makes a range read as zeros; with `may_unmap`, by deallocating it.
-    fn write_zeroes(&self, offset: u64, len: u64, may_unmap: bool) -> impl Future<Output = Result<(), VolumeError>>;
+    fn write_zeroes(
+        &self,
+        offset: u64,
+        len: u64,
+        may_unmap: bool,
+    ) -> impl Future<Output = Result<(), VolumeError>>;
 
     /// Allocation status of `offset..offset+len` as consecutive extents
     /// covering the range from `offset` (may stop early; never empty for a
     /// non-empty range).
-    fn allocation(&self, offset: u64, len: u64) -> impl Future<Output = Result<Vec<Extent>, VolumeError>>;
+    fn allocation(
+        &self,
+        offset: u64,
+        len: u64,
+    ) -> impl Future<Output = Result<Vec<Extent>, VolumeError>>;
 }
 
 /// A volume's name and size, as a front-end lists it.
@@ -107,7 +121,7 @@ pub trait VolumeCatalog: 'static {
 
 /// Checks a request against alignment and size.
 pub fn check_io(size: u64, offset: u64, len: u64) -> Result<(), VolumeError> {
-    if offset % VOLUME_BLOCK != 0 || len % VOLUME_BLOCK != 0 {
+    if !offset.is_multiple_of(VOLUME_BLOCK) || !len.is_multiple_of(VOLUME_BLOCK) {
         return Err(VolumeError::InvalidArgument(format!(
             "offset {offset} and length {len} must be multiples of {VOLUME_BLOCK}"
         )));
@@ -184,7 +198,12 @@ impl BlockVolume for MemVolume {
         Ok(())
     }
 
-    async fn write_zeroes(&self, offset: u64, len: u64, _may_unmap: bool) -> Result<(), VolumeError> {
+    async fn write_zeroes(
+        &self,
+        offset: u64,
+        len: u64,
+        _may_unmap: bool,
+    ) -> Result<(), VolumeError> {
         self.discard(offset, len).await
     }
 
@@ -248,7 +267,9 @@ mod tests {
     fn mem_volume_is_thin_and_checks_bounds() {
         let v = MemVolume::new(1 << 20);
         block_on(async {
-            v.write(8192, AlignedBuf::copy_from(&[7u8; 8192]), false).await.unwrap();
+            v.write(8192, AlignedBuf::copy_from(&[7u8; 8192]), false)
+                .await
+                .unwrap();
             let r = v.read(4096, 16384).await.unwrap();
             assert!(r[..4096].iter().all(|&b| b == 0));
             assert!(r[4096..12288].iter().all(|&b| b == 7));
@@ -256,15 +277,30 @@ mod tests {
             assert_eq!(
                 a,
                 vec![
-                    Extent { len: 8192, allocated: false },
-                    Extent { len: 8192, allocated: true },
-                    Extent { len: 4096, allocated: false }
+                    Extent {
+                        len: 8192,
+                        allocated: false
+                    },
+                    Extent {
+                        len: 8192,
+                        allocated: true
+                    },
+                    Extent {
+                        len: 4096,
+                        allocated: false
+                    }
                 ]
             );
             v.discard(8192, 4096).await.unwrap();
             assert_eq!(v.allocated_blocks(), 1);
-            assert!(matches!(v.read(1 << 20, 4096).await, Err(VolumeError::InvalidArgument(_))));
-            assert!(matches!(v.read(1, 4096).await, Err(VolumeError::InvalidArgument(_))));
+            assert!(matches!(
+                v.read(1 << 20, 4096).await,
+                Err(VolumeError::InvalidArgument(_))
+            ));
+            assert!(matches!(
+                v.read(1, 4096).await,
+                Err(VolumeError::InvalidArgument(_))
+            ));
         });
     }
 }
