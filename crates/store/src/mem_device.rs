@@ -24,6 +24,8 @@ struct Disk {
     persistent: Vec<u8>,
     /// Sectors written since the last flush, oldest first: (offset, data).
     cached: Vec<(u64, Vec<u8>)>,
+    /// Sectors of writes caught in flight by the freeze (may land torn).
+    in_flight: Vec<(u64, Vec<u8>)>,
     fail_writes: bool,
     yield_every_op: bool,
     /// Operations left before the device freezes (never completes again).
@@ -51,6 +53,7 @@ impl MemDevice {
                 latest: image.clone(),
                 persistent: image,
                 cached: Vec::new(),
+                in_flight: Vec::new(),
                 fail_writes: false,
                 yield_every_op: false,
                 ops_before_freeze: None,
@@ -78,11 +81,12 @@ impl MemDevice {
     }
 
     /// The image after a power failure: the durable contents plus the cached
-    /// sectors for which `keep(sector_index)` answers true, applied in order.
+    /// sectors, then the sectors of writes caught in flight, for which
+    /// `keep(sector_index)` answers true, applied in order.
     pub fn crash_image(&self, mut keep: impl FnMut(usize) -> bool) -> Vec<u8> {
         let d = self.disk.borrow();
         let mut img = d.persistent.clone();
-        for (i, (pos, data)) in d.cached.iter().enumerate() {
+        for (i, (pos, data)) in d.cached.iter().chain(d.in_flight.iter()).enumerate() {
             if keep(i) {
                 let p = *pos as usize;
                 img[p..p + data.len()].copy_from_slice(data);
@@ -117,6 +121,25 @@ impl MemDevice {
     pub fn counters(&self) -> (u64, u64) {
         let d = self.disk.borrow();
         (d.writes, d.flushes)
+    }
+
+    /// Yields (if configured), then waits forever once the device froze;
+    /// a write caught by the freeze leaves its sectors as "in flight".
+    async fn gate_write(&self, pos: u64, data: &[u8]) {
+        if self.frozen_now() {
+            let mut d = self.disk.borrow_mut();
+            for (i, sector) in data.chunks(BLOCK_SIZE).enumerate() {
+                d.in_flight
+                    .push((pos + (i * BLOCK_SIZE) as u64, sector.to_vec()));
+            }
+            drop(d);
+            std::future::pending::<()>().await;
+        }
+        self.gate().await;
+    }
+
+    fn frozen_now(&self) -> bool {
+        self.disk.borrow().ops_before_freeze == Some(0)
     }
 
     /// Yields (if configured), then waits forever once the device froze.

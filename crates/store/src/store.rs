@@ -832,6 +832,15 @@ impl<D: BlockDevice> Store<D> {
         }
     }
 
+    /// Absolute device block of the journal's next record and its logical
+    /// position (for fault-injection tests).
+    #[doc(hidden)]
+    pub fn debug_journal_head(&self) -> (u64, u64) {
+        let st = self.inner.st.borrow();
+        let j = &st.journal;
+        (st.layout.journal_start + j.head % j.blocks, j.head)
+    }
+
     /// Clears the latency histograms (e.g. after a warm-up).
     pub fn reset_latency(&self) {
         let mut st = self.inner.st.borrow_mut();
