@@ -127,12 +127,13 @@ impl MemDevice {
     /// a write caught by the freeze leaves its sectors as "in flight".
     async fn gate_write(&self, pos: u64, data: &[u8]) {
         if self.frozen_now() {
-            let mut d = self.disk.borrow_mut();
-            for (i, sector) in data.chunks(BLOCK_SIZE).enumerate() {
-                d.in_flight
-                    .push((pos + (i * BLOCK_SIZE) as u64, sector.to_vec()));
+            {
+                let mut d = self.disk.borrow_mut();
+                for (i, sector) in data.chunks(BLOCK_SIZE).enumerate() {
+                    d.in_flight
+                        .push((pos + (i * BLOCK_SIZE) as u64, sector.to_vec()));
+                }
             }
-            drop(d);
             std::future::pending::<()>().await;
         }
         self.gate().await;
@@ -207,7 +208,11 @@ impl BlockDevice for MemDevice {
         pos: u64,
         durable: bool,
     ) -> IoResult {
-        self.gate().await;
+        if range.end <= buf.len() {
+            self.gate_write(pos, &buf[range.clone()]).await;
+        } else {
+            self.gate().await;
+        }
         let mut d = self.disk.borrow_mut();
         if d.fail_writes {
             return (Err(io::Error::from_raw_os_error(libc::EIO)), buf);

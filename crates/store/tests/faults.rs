@@ -136,7 +136,9 @@ fn power_failure_with_writers_in_flight_loses_nothing_acknowledged() {
         h.pool.run_until_stalled();
 
         let keep_seed = mix64(seed ^ 0xabc);
-        let img = h.dev.crash_image(|i| mix64(keep_seed ^ i as u64) % 3 != 0);
+        let img = h
+            .dev
+            .crash_image(|i| !mix64(keep_seed ^ i as u64).is_multiple_of(3));
         let log = log.borrow().clone();
         drop(h);
         let mut h = Harness::open(MemDevice::from_image(img));
