@@ -32,6 +32,8 @@ mod signal;
 mod state;
 mod stats;
 mod store;
+#[doc(hidden)]
+pub mod testkit;
 
 pub use device::{BlockDevice, FileDevice};
 pub use error::{Result, StoreError};
