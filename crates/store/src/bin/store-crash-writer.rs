@@ -52,12 +52,12 @@ fn main() {
             let store = store.clone();
             let log = log.clone();
             handles.push(compio::runtime::spawn(async move {
-                let mut x = mix64(seed ^ (t + 1) * 0x1234_5678);
+                let mut x = mix64(seed ^ ((t + 1) * 0x1234_5678));
                 for i in 0u64.. {
                     x = mix64(x);
                     let oid = ObjectId::new(t, x % per_task);
                     let start = ((x >> 8) % object_blocks as u64) as u32;
-                    let nblk = if (x >> 20) % 4 == 0 {
+                    let nblk = if (x >> 20).is_multiple_of(4) {
                         ((x >> 24) as u32 % 48 + 1).min(object_blocks - start)
                     } else {
                         1
