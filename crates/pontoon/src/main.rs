@@ -1,0 +1,41 @@
+//! `pontoon`: the one command-line binary of Pontoon, a scale-out block
+//! storage system for NVMe.
+
+mod cpu;
+mod fio;
+mod load;
+mod store_bench;
+
+use clap::{Parser, Subcommand};
+
+/// Pontoon: scale-out block storage that keeps up with NVMe.
+#[derive(Parser)]
+#[command(name = "pontoon", version, about, long_about = None)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Benchmark the device store against raw fio on the same filesystem.
+    StoreBench(store_bench::StoreBenchArgs),
+}
+
+fn main() {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("PONTOON_LOG")
+                .unwrap_or_else(|_| "warn".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    let r = match cli.command {
+        Command::StoreBench(a) => store_bench::run(a),
+    };
+    if let Err(e) = r {
+        eprintln!("error: {e:#}");
+        std::process::exit(1);
+    }
+}
