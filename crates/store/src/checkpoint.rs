@@ -14,7 +14,7 @@
 use pontoon_buf::AlignedBuf;
 use pontoon_types::{BLOCK_SIZE, ObjectId, Version};
 
-use crate::codec::{Decoder, Encoder, crc_with_zeroed_field};
+use pontoon_types::codec::{Decoder, Encoder, crc_with_zeroed_field};
 use crate::objects::{BlockEntry, Loc, ObjectMeta};
 
 const MAGIC: &[u8; 8] = b"PNTNCKPT";

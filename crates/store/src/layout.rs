@@ -15,7 +15,7 @@
 
 use pontoon_types::{BLOCK_SIZE, BLOCK_SIZE_U64};
 
-use crate::codec::{Decoder, Encoder, crc_with_zeroed_field};
+use pontoon_types::codec::{Decoder, Encoder, crc_with_zeroed_field};
 use crate::error::{Result, StoreError};
 
 const DEVICE_MAGIC: &[u8; 8] = b"PNTNSTOR";

@@ -18,7 +18,6 @@
 
 mod alloc;
 mod checkpoint;
-mod codec;
 mod commit;
 pub mod device;
 mod error;

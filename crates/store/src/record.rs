@@ -11,7 +11,7 @@
 use pontoon_buf::AlignedBuf;
 use pontoon_types::{BLOCK_SIZE, ObjectId, Version};
 
-use crate::codec::{Decoder, Encoder, Truncated, crc_with_zeroed_field};
+use pontoon_types::codec::{Decoder, Encoder, Truncated, crc_with_zeroed_field};
 
 /// Magic at the start of every record header ("PJRN").
 const RECORD_MAGIC: u32 = 0x4e52_4a50;

@@ -2,9 +2,12 @@
 //!
 //! Each id is a newtype so that an OSD id can never be passed where a volume
 //! id is expected. This crate owns no behaviour beyond ordering, formatting
-//! and fixed-width encoding; it must never depend on any other Pontoon crate.
+//! and fixed-width little-endian encoding ([`codec`]); it must never depend on
+//! any other Pontoon crate.
 
 use std::fmt;
+
+pub mod codec;
 
 /// Size of one data block: the unit of allocation, checksumming and O_DIRECT I/O.
 pub const BLOCK_SIZE: usize = 4096;
