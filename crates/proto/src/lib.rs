@@ -1,0 +1,19 @@
+//! Pontoon's wire protocol: length-prefixed binary frames with a request
+//! id, spoken between clients and OSD shards and among OSD shards.
+//!
+//! A frame is a fixed [`FrameHeader`], then `meta_len` bytes of message
+//! fields, then `data_len` bytes of bulk data (block contents), which a
+//! receiver reads straight into an aligned buffer. Requests are pipelined
+//! and answered out of order, matched by request id.
+//!
+//! This crate only encodes and decodes; it does no I/O and must never
+//! panic or allocate beyond the declared, bounded lengths on hostile input.
+
+mod frame;
+mod message;
+
+pub use frame::{FrameHeader, HEADER_LEN, MAGIC, MAX_DATA, MAX_META, ProtoError};
+pub use message::{
+    DiscardReq, Hello, Message, MsgType, PEER_PAGE, PROTOCOL_VERSION, PeerInfo, PeerQuery, ReadReq,
+    Reply, Role, Status, SubOp, SubOpKind, Target, WriteReq,
+};

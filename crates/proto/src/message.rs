@@ -1,0 +1,759 @@
+//! Messages and the encoding of their fields.
+//!
+//! Client → primary: [`ReadReq`], [`WriteReq`], [`DiscardReq`], allocation
+//! queries; primary → replicas: [`SubOp`]; peering and recovery among OSDs:
+//! [`PeerQuery`]/[`PeerInfo`] and pulls; every answer is a [`Reply`].
+//! Every request names the PG and the interval epoch its sender believes
+//! current, so a receiver with a different view can refuse it.
+
+use pontoon_types::codec::Decoder;
+use pontoon_types::{Epoch, ObjectId, OsdId, PgId, Version};
+
+use crate::frame::{MAX_META, ProtoError};
+
+/// Protocol revision spoken; a peer with another one is refused at hello.
+pub const PROTOCOL_VERSION: u32 = 1;
+/// Longest error text carried in a reply.
+const MAX_MESSAGE_TEXT: usize = 1024;
+/// Most extents or ranges one message may list.
+const MAX_RANGES: u32 = 65_536;
+/// Most objects one peering answer may list.
+const MAX_PEER_OBJECTS: u32 = 32_768;
+
+/// Message type numbers on the wire.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u16)]
+pub enum MsgType {
+    /// [`Hello`].
+    Hello = 1,
+    /// [`ReadReq`].
+    Read = 10,
+    /// [`WriteReq`].
+    Write = 11,
+    /// [`DiscardReq`].
+    Discard = 12,
+    /// Allocation query: a [`Target`].
+    Allocation = 13,
+    /// [`Reply`].
+    Reply = 20,
+    /// [`SubOp`].
+    SubOp = 30,
+    /// [`PeerQuery`].
+    PeerQuery = 31,
+    /// [`PeerInfo`].
+    PeerInfo = 32,
+    /// Pull an object: a [`Target`].
+    Pull = 33,
+}
+
+impl MsgType {
+    /// Parses a wire number.
+    pub fn from_u16(v: u16) -> Result<Self, ProtoError> {
+        Ok(match v {
+            1 => Self::Hello,
+            10 => Self::Read,
+            11 => Self::Write,
+            12 => Self::Discard,
+            13 => Self::Allocation,
+            20 => Self::Reply,
+            30 => Self::SubOp,
+            31 => Self::PeerQuery,
+            32 => Self::PeerInfo,
+            33 => Self::Pull,
+            _ => return Err(ProtoError::UnknownType(v)),
+        })
+    }
+}
+
+/// Who is speaking on a connection.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Role {
+    /// A client (library, gateway, CLI).
+    Client,
+    /// Another OSD.
+    Osd(OsdId),
+}
+
+/// First message on every connection.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Hello {
+    /// [`PROTOCOL_VERSION`] of the sender.
+    pub version: u32,
+    /// Who the sender is.
+    pub role: Role,
+}
+
+/// The object an operation addresses, and the sender's view of its PG.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Target {
+    /// Placement group of the object.
+    pub pg: PgId,
+    /// Epoch at which the sender believes the PG's current interval began.
+    pub epoch: Epoch,
+    /// The object.
+    pub oid: ObjectId,
+}
+
+/// Read `len` bytes at `offset` of an object; data comes back in the reply.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ReadReq {
+    /// What to read.
+    pub target: Target,
+    /// Byte offset within the object.
+    pub offset: u64,
+    /// Bytes to read.
+    pub len: u32,
+}
+
+/// Write the frame's data at `offset` of an object.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WriteReq {
+    /// Where to write.
+    pub target: Target,
+    /// Byte offset within the object.
+    pub offset: u64,
+    /// crc32c of the frame data, checked by the receiver (end to end).
+    pub data_crc: u32,
+    /// Forced unit access requested by the host (writes are always durable
+    /// when acknowledged; carried for accounting).
+    pub fua: bool,
+}
+
+/// Deallocate `len` bytes at `offset` of an object.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DiscardReq {
+    /// Where to discard.
+    pub target: Target,
+    /// Byte offset within the object.
+    pub offset: u64,
+    /// Bytes to discard.
+    pub len: u64,
+}
+
+/// What a replica operation does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SubOpKind {
+    /// Write the data at the single extent.
+    Write = 1,
+    /// Deallocate the single extent.
+    Discard = 2,
+    /// Replace the whole object with exactly the extents (recovery push).
+    Replace = 3,
+    /// Remove the object.
+    Delete = 4,
+}
+
+/// An operation the primary sends to a replica, already versioned.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SubOp {
+    /// Object and interval.
+    pub target: Target,
+    /// Version stamped by the primary.
+    pub version: Version,
+    /// What to do.
+    pub kind: SubOpKind,
+    /// (offset, length) extents; data for writes and replaces is the frame
+    /// data, extents back to back.
+    pub extents: Vec<(u64, u64)>,
+    /// crc32c of the frame data.
+    pub data_crc: u32,
+}
+
+/// Asks an OSD for the versions of a PG's objects it holds, and fences it:
+/// once answered, it refuses operations of intervals before `epoch`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PeerQuery {
+    /// The PG.
+    pub pg: PgId,
+    /// The new interval's epoch.
+    pub epoch: Epoch,
+    /// Continue after this object (pagination).
+    pub after: Option<ObjectId>,
+}
+
+/// Objects of a PG held by the answering OSD, with versions.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PeerInfo {
+    /// Objects in ascending order.
+    pub objects: Vec<(ObjectId, Version)>,
+    /// More objects follow (ask again after the last one).
+    pub more: bool,
+}
+
+/// Outcome of a request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u16)]
+pub enum Status {
+    /// Done.
+    Ok = 0,
+    /// The sender's epoch is older than the receiver's: refresh the map.
+    StaleEpoch = 1,
+    /// The receiver has not seen the sender's epoch yet: retry shortly.
+    EpochAhead = 2,
+    /// The receiver is not the PG's primary.
+    NotPrimary = 3,
+    /// The PG is peering, recovering this object or incomplete: retry.
+    PgInactive = 4,
+    /// The pool is out of space.
+    NoSpace = 5,
+    /// Bad offset, length or alignment.
+    InvalidArgument = 6,
+    /// Device I/O error.
+    Io = 7,
+    /// No intact copy of the data could be read.
+    Checksum = 8,
+    /// Too many requests in flight: retry.
+    Busy = 9,
+    /// The OSD is stopping.
+    ShuttingDown = 10,
+    /// The OSD lost its liveness lease and stopped serving.
+    Fenced = 11,
+    /// The frame could not be understood.
+    Malformed = 12,
+}
+
+impl Status {
+    fn from_u16(v: u16) -> Result<Self, ProtoError> {
+        Ok(match v {
+            0 => Self::Ok,
+            1 => Self::StaleEpoch,
+            2 => Self::EpochAhead,
+            3 => Self::NotPrimary,
+            4 => Self::PgInactive,
+            5 => Self::NoSpace,
+            6 => Self::InvalidArgument,
+            7 => Self::Io,
+            8 => Self::Checksum,
+            9 => Self::Busy,
+            10 => Self::ShuttingDown,
+            11 => Self::Fenced,
+            12 => Self::Malformed,
+            _ => return Err(ProtoError::Malformed("reply", "unknown status")),
+        })
+    }
+
+    /// Whether a client should retry (after refreshing its map if needed).
+    pub fn is_retryable(self) -> bool {
+        matches!(
+            self,
+            Self::StaleEpoch
+                | Self::EpochAhead
+                | Self::NotPrimary
+                | Self::PgInactive
+                | Self::Busy
+                | Self::ShuttingDown
+                | Self::Fenced
+        )
+    }
+}
+
+/// The answer to any request; read and pull data follows in the frame.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Reply {
+    /// Outcome.
+    pub status: Status,
+    /// Object version (reads, writes, pulls).
+    pub version: Version,
+    /// The responder's interval epoch for the PG (helps a stale sender).
+    pub epoch: Epoch,
+    /// Allocated ranges (allocation queries) or extents of the data (pulls).
+    pub ranges: Vec<(u64, u64)>,
+    /// Human-readable detail for errors.
+    pub message: String,
+}
+
+impl Reply {
+    /// A success with a version.
+    pub fn ok(version: Version) -> Self {
+        Self {
+            status: Status::Ok,
+            version,
+            epoch: Epoch(0),
+            ranges: Vec::new(),
+            message: String::new(),
+        }
+    }
+
+    /// An error with detail and the responder's epoch.
+    pub fn error(status: Status, epoch: Epoch, message: impl Into<String>) -> Self {
+        let mut message = message.into();
+        if message.len() > MAX_MESSAGE_TEXT {
+            let mut cut = MAX_MESSAGE_TEXT;
+            while !message.is_char_boundary(cut) {
+                cut -= 1;
+            }
+            message.truncate(cut);
+        }
+        Self {
+            status,
+            version: Version::ZERO,
+            epoch,
+            ranges: Vec::new(),
+            message,
+        }
+    }
+}
+
+/// Any message.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Message {
+    /// Connection opening.
+    Hello(Hello),
+    /// Client read.
+    Read(ReadReq),
+    /// Client write (data in frame).
+    Write(WriteReq),
+    /// Client discard.
+    Discard(DiscardReq),
+    /// Which ranges of an object are allocated.
+    Allocation(Target),
+    /// Answer to anything.
+    Reply(Reply),
+    /// Primary to replica.
+    SubOp(SubOp),
+    /// Peering query.
+    PeerQuery(PeerQuery),
+    /// Peering answer.
+    PeerInfo(PeerInfo),
+    /// Recovery: send me your copy of this object.
+    Pull(Target),
+}
+
+/// A growable little-endian writer for message fields.
+struct W(Vec<u8>);
+
+impl W {
+    fn u8(&mut self, v: u8) {
+        self.0.push(v);
+    }
+    fn u16(&mut self, v: u16) {
+        self.0.extend_from_slice(&v.to_le_bytes());
+    }
+    fn u32(&mut self, v: u32) {
+        self.0.extend_from_slice(&v.to_le_bytes());
+    }
+    fn u64(&mut self, v: u64) {
+        self.0.extend_from_slice(&v.to_le_bytes());
+    }
+    fn oid(&mut self, o: &ObjectId) {
+        self.u64(o.volume.0);
+        self.u64(o.index);
+    }
+    fn version(&mut self, v: &Version) {
+        self.u64(v.epoch);
+        self.u64(v.seq);
+    }
+    fn target(&mut self, t: &Target) {
+        self.u32(t.pg.pool.0);
+        self.u32(t.pg.index);
+        self.u64(t.epoch.0);
+        self.oid(&t.oid);
+    }
+    fn ranges(&mut self, r: &[(u64, u64)]) {
+        self.u32(r.len() as u32);
+        for (a, b) in r {
+            self.u64(*a);
+            self.u64(*b);
+        }
+    }
+}
+
+/// Reads message fields, naming the message in errors.
+struct R<'a> {
+    d: Decoder<'a>,
+    what: &'static str,
+}
+
+impl R<'_> {
+    fn err(&self, why: &'static str) -> ProtoError {
+        ProtoError::Malformed(self.what, why)
+    }
+    fn u8(&mut self) -> Result<u8, ProtoError> {
+        self.d
+            .u8()
+            .map_err(|_| ProtoError::Malformed(self.what, "truncated"))
+    }
+    fn u16(&mut self) -> Result<u16, ProtoError> {
+        let b = self
+            .d
+            .bytes(2)
+            .map_err(|_| ProtoError::Malformed(self.what, "truncated"))?;
+        Ok(u16::from_le_bytes([b[0], b[1]]))
+    }
+    fn u32(&mut self) -> Result<u32, ProtoError> {
+        self.d
+            .u32()
+            .map_err(|_| ProtoError::Malformed(self.what, "truncated"))
+    }
+    fn u64(&mut self) -> Result<u64, ProtoError> {
+        self.d
+            .u64()
+            .map_err(|_| ProtoError::Malformed(self.what, "truncated"))
+    }
+    fn oid(&mut self) -> Result<ObjectId, ProtoError> {
+        Ok(ObjectId::new(self.u64()?, self.u64()?))
+    }
+    fn version(&mut self) -> Result<Version, ProtoError> {
+        Ok(Version::new(self.u64()?, self.u64()?))
+    }
+    fn target(&mut self) -> Result<Target, ProtoError> {
+        Ok(Target {
+            pg: PgId::new(self.u32()?, self.u32()?),
+            epoch: Epoch(self.u64()?),
+            oid: self.oid()?,
+        })
+    }
+    fn ranges(&mut self) -> Result<Vec<(u64, u64)>, ProtoError> {
+        let n = self.u32()?;
+        if n > MAX_RANGES || n as usize * 16 > self.d.remaining() {
+            return Err(self.err("too many ranges"));
+        }
+        (0..n).map(|_| Ok((self.u64()?, self.u64()?))).collect()
+    }
+    fn end(&self) -> Result<(), ProtoError> {
+        if self.d.remaining() != 0 {
+            return Err(self.err("trailing bytes"));
+        }
+        Ok(())
+    }
+}
+
+impl Message {
+    /// The wire type of this message.
+    pub fn msg_type(&self) -> MsgType {
+        match self {
+            Message::Hello(_) => MsgType::Hello,
+            Message::Read(_) => MsgType::Read,
+            Message::Write(_) => MsgType::Write,
+            Message::Discard(_) => MsgType::Discard,
+            Message::Allocation(_) => MsgType::Allocation,
+            Message::Reply(_) => MsgType::Reply,
+            Message::SubOp(_) => MsgType::SubOp,
+            Message::PeerQuery(_) => MsgType::PeerQuery,
+            Message::PeerInfo(_) => MsgType::PeerInfo,
+            Message::Pull(_) => MsgType::Pull,
+        }
+    }
+
+    /// Encodes the message fields (not the header or data).
+    pub fn encode(&self) -> Vec<u8> {
+        let mut w = W(Vec::with_capacity(64));
+        match self {
+            Message::Hello(h) => {
+                w.u32(h.version);
+                match h.role {
+                    Role::Client => w.u8(0),
+                    Role::Osd(id) => {
+                        w.u8(1);
+                        w.u32(id.0);
+                    }
+                }
+            }
+            Message::Read(r) => {
+                w.target(&r.target);
+                w.u64(r.offset);
+                w.u32(r.len);
+            }
+            Message::Write(r) => {
+                w.target(&r.target);
+                w.u64(r.offset);
+                w.u32(r.data_crc);
+                w.u8(r.fua as u8);
+            }
+            Message::Discard(r) => {
+                w.target(&r.target);
+                w.u64(r.offset);
+                w.u64(r.len);
+            }
+            Message::Allocation(t) | Message::Pull(t) => w.target(t),
+            Message::Reply(r) => {
+                w.u16(r.status as u16);
+                w.version(&r.version);
+                w.u64(r.epoch.0);
+                w.ranges(&r.ranges);
+                let text = r.message.as_bytes();
+                let n = text.len().min(MAX_MESSAGE_TEXT);
+                w.u32(n as u32);
+                w.0.extend_from_slice(&text[..n]);
+            }
+            Message::SubOp(s) => {
+                w.target(&s.target);
+                w.version(&s.version);
+                w.u8(s.kind as u8);
+                w.ranges(&s.extents);
+                w.u32(s.data_crc);
+            }
+            Message::PeerQuery(q) => {
+                w.u32(q.pg.pool.0);
+                w.u32(q.pg.index);
+                w.u64(q.epoch.0);
+                match &q.after {
+                    None => w.u8(0),
+                    Some(o) => {
+                        w.u8(1);
+                        w.oid(o);
+                    }
+                }
+            }
+            Message::PeerInfo(p) => {
+                w.u32(p.objects.len() as u32);
+                for (o, v) in &p.objects {
+                    w.oid(o);
+                    w.version(v);
+                }
+                w.u8(p.more as u8);
+            }
+        }
+        debug_assert!(w.0.len() <= MAX_META as usize);
+        w.0
+    }
+
+    /// Decodes message fields of type `msg_type`. Never panics.
+    pub fn decode(msg_type: u16, meta: &[u8]) -> Result<Self, ProtoError> {
+        let t = MsgType::from_u16(msg_type)?;
+        let what = match t {
+            MsgType::Hello => "hello",
+            MsgType::Read => "read",
+            MsgType::Write => "write",
+            MsgType::Discard => "discard",
+            MsgType::Allocation => "allocation",
+            MsgType::Reply => "reply",
+            MsgType::SubOp => "sub-op",
+            MsgType::PeerQuery => "peer query",
+            MsgType::PeerInfo => "peer info",
+            MsgType::Pull => "pull",
+        };
+        let mut r = R {
+            d: Decoder::new(meta),
+            what,
+        };
+        let m = match t {
+            MsgType::Hello => {
+                let version = r.u32()?;
+                let role = match r.u8()? {
+                    0 => Role::Client,
+                    1 => Role::Osd(OsdId(r.u32()?)),
+                    _ => return Err(r.err("unknown role")),
+                };
+                Message::Hello(Hello { version, role })
+            }
+            MsgType::Read => Message::Read(ReadReq {
+                target: r.target()?,
+                offset: r.u64()?,
+                len: r.u32()?,
+            }),
+            MsgType::Write => Message::Write(WriteReq {
+                target: r.target()?,
+                offset: r.u64()?,
+                data_crc: r.u32()?,
+                fua: r.u8()? != 0,
+            }),
+            MsgType::Discard => Message::Discard(DiscardReq {
+                target: r.target()?,
+                offset: r.u64()?,
+                len: r.u64()?,
+            }),
+            MsgType::Allocation => Message::Allocation(r.target()?),
+            MsgType::Pull => Message::Pull(r.target()?),
+            MsgType::Reply => {
+                let status = Status::from_u16(r.u16()?)?;
+                let version = r.version()?;
+                let epoch = Epoch(r.u64()?);
+                let ranges = r.ranges()?;
+                let n = r.u32()? as usize;
+                if n > MAX_MESSAGE_TEXT {
+                    return Err(r.err("message text too long"));
+                }
+                let text =
+                    r.d.bytes(n)
+                        .map_err(|_| ProtoError::Malformed(what, "truncated"))?;
+                Message::Reply(Reply {
+                    status,
+                    version,
+                    epoch,
+                    ranges,
+                    message: String::from_utf8_lossy(text).into_owned(),
+                })
+            }
+            MsgType::SubOp => {
+                let target = r.target()?;
+                let version = r.version()?;
+                let kind = match r.u8()? {
+                    1 => SubOpKind::Write,
+                    2 => SubOpKind::Discard,
+                    3 => SubOpKind::Replace,
+                    4 => SubOpKind::Delete,
+                    _ => return Err(r.err("unknown kind")),
+                };
+                let extents = r.ranges()?;
+                let data_crc = r.u32()?;
+                Message::SubOp(SubOp {
+                    target,
+                    version,
+                    kind,
+                    extents,
+                    data_crc,
+                })
+            }
+            MsgType::PeerQuery => {
+                let pg = PgId::new(r.u32()?, r.u32()?);
+                let epoch = Epoch(r.u64()?);
+                let after = match r.u8()? {
+                    0 => None,
+                    1 => Some(r.oid()?),
+                    _ => return Err(r.err("bad cursor flag")),
+                };
+                Message::PeerQuery(PeerQuery { pg, epoch, after })
+            }
+            MsgType::PeerInfo => {
+                let n = r.u32()?;
+                if n > MAX_PEER_OBJECTS || n as usize * 32 > r.d.remaining() {
+                    return Err(r.err("too many objects"));
+                }
+                let objects = (0..n)
+                    .map(|_| Ok((r.oid()?, r.version()?)))
+                    .collect::<Result<Vec<_>, ProtoError>>()?;
+                let more = r.u8()? != 0;
+                Message::PeerInfo(PeerInfo { objects, more })
+            }
+        };
+        r.end()?;
+        Ok(m)
+    }
+}
+
+/// Most objects a peering answer carries per frame.
+pub const PEER_PAGE: usize = MAX_PEER_OBJECTS as usize;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::frame::{FrameHeader, HEADER_LEN};
+    use proptest::prelude::*;
+
+    fn target() -> Target {
+        Target {
+            pg: PgId::new(2, 77),
+            epoch: Epoch(9),
+            oid: ObjectId::new(5, 123),
+        }
+    }
+
+    fn samples() -> Vec<Message> {
+        vec![
+            Message::Hello(Hello {
+                version: PROTOCOL_VERSION,
+                role: Role::Osd(OsdId(3)),
+            }),
+            Message::Hello(Hello {
+                version: 1,
+                role: Role::Client,
+            }),
+            Message::Read(ReadReq {
+                target: target(),
+                offset: 4096,
+                len: 8192,
+            }),
+            Message::Write(WriteReq {
+                target: target(),
+                offset: 0,
+                data_crc: 0xabcd,
+                fua: true,
+            }),
+            Message::Discard(DiscardReq {
+                target: target(),
+                offset: 8192,
+                len: 1 << 20,
+            }),
+            Message::Allocation(target()),
+            Message::Pull(target()),
+            Message::Reply(Reply::ok(Version::new(3, 4))),
+            Message::Reply(Reply {
+                ranges: vec![(0, 4096), (8192, 4096)],
+                ..Reply::error(Status::StaleEpoch, Epoch(12), "pg 2.4d is at e12")
+            }),
+            Message::SubOp(SubOp {
+                target: target(),
+                version: Version::new(9, 1),
+                kind: SubOpKind::Replace,
+                extents: vec![(0, 4096), (65536, 8192)],
+                data_crc: 7,
+            }),
+            Message::PeerQuery(PeerQuery {
+                pg: PgId::new(1, 2),
+                epoch: Epoch(3),
+                after: Some(ObjectId::new(1, 1)),
+            }),
+            Message::PeerInfo(PeerInfo {
+                objects: vec![(ObjectId::new(1, 1), Version::new(2, 2))],
+                more: true,
+            }),
+        ]
+    }
+
+    #[test]
+    fn every_message_round_trips() {
+        for m in samples() {
+            let meta = m.encode();
+            let back = Message::decode(m.msg_type() as u16, &meta).unwrap();
+            assert_eq!(back, m);
+        }
+    }
+
+    #[test]
+    fn headers_round_trip_and_limits_hold() {
+        let h = FrameHeader {
+            msg_type: 11,
+            flags: 0,
+            req_id: 77,
+            meta_len: 100,
+            data_len: 4096,
+        };
+        assert_eq!(FrameHeader::decode(&h.encode()).unwrap(), h);
+        let mut big = h;
+        big.data_len = u32::MAX;
+        assert!(matches!(
+            FrameHeader::decode(&big.encode()),
+            Err(ProtoError::TooLarge { .. })
+        ));
+        let mut b = h.encode();
+        b[0] ^= 1;
+        assert!(matches!(
+            FrameHeader::decode(&b),
+            Err(ProtoError::BadMagic(_))
+        ));
+    }
+
+    #[test]
+    fn truncations_and_trailing_bytes_are_errors() {
+        for m in samples() {
+            let meta = m.encode();
+            for cut in 0..meta.len() {
+                assert!(
+                    Message::decode(m.msg_type() as u16, &meta[..cut]).is_err(),
+                    "{m:?} cut at {cut}"
+                );
+            }
+            let mut longer = meta.clone();
+            longer.push(0);
+            assert!(Message::decode(m.msg_type() as u16, &longer).is_err());
+        }
+        assert!(matches!(
+            Message::decode(999, &[]),
+            Err(ProtoError::UnknownType(999))
+        ));
+    }
+
+    proptest! {
+        #[test]
+        fn arbitrary_bytes_never_panic(t in 0u16..40, meta in proptest::collection::vec(any::<u8>(), 0..512)) {
+            let _ = Message::decode(t, &meta);
+        }
+
+        #[test]
+        fn arbitrary_headers_never_panic(b in proptest::array::uniform24(any::<u8>())) {
+            let arr: [u8; HEADER_LEN] = b;
+            let _ = FrameHeader::decode(&arr);
+        }
+    }
+}
