@@ -14,8 +14,8 @@
 use pontoon_buf::AlignedBuf;
 use pontoon_types::{BLOCK_SIZE, ObjectId, Version};
 
-use pontoon_types::codec::{Decoder, Encoder, crc_with_zeroed_field};
 use crate::objects::{BlockEntry, Loc, ObjectMeta};
+use pontoon_types::codec::{Decoder, Encoder, crc_with_zeroed_field};
 
 const MAGIC: &[u8; 8] = b"PNTNCKPT";
 const CRC_FIELD: usize = 4092;

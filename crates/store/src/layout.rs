@@ -15,8 +15,8 @@
 
 use pontoon_types::{BLOCK_SIZE, BLOCK_SIZE_U64};
 
-use pontoon_types::codec::{Decoder, Encoder, crc_with_zeroed_field};
 use crate::error::{Result, StoreError};
+use pontoon_types::codec::{Decoder, Encoder, crc_with_zeroed_field};
 
 const DEVICE_MAGIC: &[u8; 8] = b"PNTNSTOR";
 const FORMAT_VERSION: u32 = 1;
