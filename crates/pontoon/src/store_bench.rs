@@ -81,6 +81,9 @@ struct TestResult {
     cpu_ratio: f64,
     #[serde(skip_serializing_if = "Option::is_none")]
     write_amplification: Option<f64>,
+    /// Group commits that waited for the flusher to free journal space, and for how long.
+    journal_full_waits: u64,
+    journal_full_wait_ms: f64,
 }
 
 #[derive(Serialize)]
@@ -245,6 +248,10 @@ pub fn run(args: StoreBenchArgs) -> Result<()> {
                 store: store_m,
                 raw_nosync,
                 write_amplification: wa,
+                journal_full_waits: after.journal_full_waits - before.journal_full_waits,
+                journal_full_wait_ms: (after.journal_full_wait - before.journal_full_wait)
+                    .as_secs_f64()
+                    * 1000.0,
             });
         }
         store.close().await?;
@@ -416,11 +423,13 @@ fn print_report(r: &Report) {
     for t in r.tests.iter().filter(|t| t.raw_nosync.is_some()) {
         let ns = t.raw_nosync.as_ref().map(|m| m.iops).unwrap_or(0.0);
         println!(
-            "{}: against raw fio without sync ({:.0} IOPS, not durable) the store reaches {:.2}x; write amplification {:.2}",
+            "{}: against raw fio without sync ({:.0} IOPS, not durable) the store reaches {:.2}x; write amplification {:.2}; journal-full waits {} ({:.0} ms)",
             t.name,
             ns,
             t.store.iops / ns.max(1.0),
-            t.write_amplification.unwrap_or(0.0)
+            t.write_amplification.unwrap_or(0.0),
+            t.journal_full_waits,
+            t.journal_full_wait_ms
         );
     }
     println!(

@@ -62,6 +62,7 @@ async fn commit<D: BlockDevice>(inner: &Inner<D>, batch: Batch, id: u64) -> Resu
     );
 
     // Wait for ring space, including any tail skipped to wrap.
+    let mut waited_since: Option<std::time::Instant> = None;
     let (lpos, skip) = loop {
         let fits = {
             let mut st = inner.st.borrow_mut();
@@ -78,12 +79,18 @@ async fn commit<D: BlockDevice>(inner: &Inner<D>, batch: Batch, id: u64) -> Resu
         match fits {
             Some(at) => break at,
             None => {
+                waited_since.get_or_insert_with(std::time::Instant::now);
                 inner.kick.notify();
                 inner.space.wait().await;
             }
         }
     };
 
+    if let Some(t) = waited_since {
+        let mut st = inner.st.borrow_mut();
+        st.counters.journal_full_waits += 1;
+        st.counters.journal_full_wait += t.elapsed();
+    }
     if batch.needs_flush {
         inner
             .dev
@@ -194,7 +201,7 @@ async fn commit<D: BlockDevice>(inner: &Inner<D>, batch: Batch, id: u64) -> Resu
     st.committed = id;
     st.counters.records += 1;
     st.counters.journal_bytes += total * BLOCK_SIZE_U64;
-    let kick = st.journal.used() * 2 > ring;
+    let kick = st.journal.used() * 4 > ring;
     drop(st);
     inner.commit.notify();
     if kick {

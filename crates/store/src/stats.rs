@@ -66,6 +66,8 @@ pub(crate) struct Counters {
     pub write_lat: Histogram<u64>,
     pub open_duration: Duration,
     pub replayed_records: u64,
+    pub journal_full_waits: u64,
+    pub journal_full_wait: Duration,
 }
 
 impl Default for Counters {
@@ -89,6 +91,8 @@ impl Default for Counters {
             write_lat: latency_histogram(),
             open_duration: Duration::ZERO,
             replayed_records: 0,
+            journal_full_waits: 0,
+            journal_full_wait: Duration::ZERO,
         }
     }
 }
@@ -146,6 +150,10 @@ pub struct StoreStats {
     pub open_duration: Duration,
     /// Journal records replayed at open.
     pub replayed_records: u64,
+    /// Group commits that had to wait for the flusher to free journal space.
+    pub journal_full_waits: u64,
+    /// Total time group commits waited for journal space.
+    pub journal_full_wait: Duration,
 }
 
 impl StoreStats {

@@ -829,6 +829,8 @@ impl<D: BlockDevice> Store<D> {
             write_latency: LatencySummary::from_histogram(&c.write_lat),
             open_duration: c.open_duration,
             replayed_records: c.replayed_records,
+            journal_full_waits: c.journal_full_waits,
+            journal_full_wait: c.journal_full_wait,
         }
     }
 
