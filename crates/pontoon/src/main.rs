@@ -5,6 +5,7 @@ mod cpu;
 mod fio;
 mod load;
 mod store_bench;
+mod store_startup;
 
 use clap::{Parser, Subcommand};
 
@@ -20,6 +21,8 @@ struct Cli {
 enum Command {
     /// Benchmark the device store against raw fio on the same filesystem.
     StoreBench(store_bench::StoreBenchArgs),
+    /// Measure how long a store holding many objects takes to open.
+    StoreStartup(store_startup::StoreStartupArgs),
 }
 
 fn main() {
@@ -33,6 +36,7 @@ fn main() {
     let cli = Cli::parse();
     let r = match cli.command {
         Command::StoreBench(a) => store_bench::run(a),
+        Command::StoreStartup(a) => store_startup::run(a),
     };
     if let Err(e) = r {
         eprintln!("error: {e:#}");
