@@ -1,0 +1,346 @@
+//! The primary's side of client requests: check the sender's view of the
+//! PG, order mutations per object, stamp versions, replicate to every
+//! acting member in parallel and acknowledge only when all have it durable.
+
+use std::rc::Rc;
+
+use futures::future::join_all;
+use pontoon_buf::AlignedBuf;
+use pontoon_proto::{
+    DiscardReq, Message, ReadReq, Reply, Status, SubOp, SubOpKind, Target, WriteReq,
+};
+use pontoon_store::{BlockDevice, StoreError};
+use pontoon_types::{BLOCK_SIZE_U64, Epoch, OsdId, Version};
+
+use crate::peers::Peers;
+use crate::pg::{Missing, Phase};
+use crate::shard::{Shard, error, status_of};
+
+type Answer = (Message, Option<AlignedBuf>);
+
+/// What a client operation needs of its PG, checked.
+struct Checked {
+    interval: Epoch,
+    acting: Vec<OsdId>,
+    min_size: u32,
+    generation: u64,
+}
+
+impl<D: BlockDevice + 'static, P: Peers> Shard<D, P> {
+    /// Checks that this shard is the active primary of the target's PG at
+    /// the sender's interval, and that the range fits the object.
+    fn check_target(&self, t: &Target, offset: u64, len: u64) -> Result<Checked, Answer> {
+        let object_size = self.store.object_size();
+        if !offset.is_multiple_of(BLOCK_SIZE_U64) || !len.is_multiple_of(BLOCK_SIZE_U64) {
+            return Err(error(
+                Status::InvalidArgument,
+                Epoch(0),
+                format!("offset {offset} and length {len} must be multiples of 4096"),
+            ));
+        }
+        if offset.checked_add(len).is_none_or(|end| end > object_size) {
+            return Err(error(
+                Status::InvalidArgument,
+                Epoch(0),
+                format!("range {offset}+{len} is outside the {object_size}-byte object"),
+            ));
+        }
+        if self.map().pg_of(t.oid) != Some(t.pg) {
+            return Err(error(
+                Status::StaleEpoch,
+                Epoch(0),
+                format!(
+                    "object {} is not in pg {} (or its volume is unknown here)",
+                    t.oid, t.pg
+                ),
+            ));
+        }
+        let pgs = self.pgs.borrow();
+        let Some(pg) = pgs.get(&t.pg).filter(|p| p.is_primary()) else {
+            return Err(error(
+                Status::NotPrimary,
+                Epoch(0),
+                format!("{} is not the primary of pg {}", self.me, t.pg),
+            ));
+        };
+        let interval = pg.entry.interval;
+        if t.epoch < interval {
+            return Err(error(
+                Status::StaleEpoch,
+                interval,
+                format!("pg {} is at interval {interval}", t.pg),
+            ));
+        }
+        if t.epoch > interval {
+            return Err(error(
+                Status::EpochAhead,
+                interval,
+                format!("pg {} interval {} not seen yet", t.pg, t.epoch),
+            ));
+        }
+        match &pg.phase {
+            Phase::Active => {}
+            Phase::Incomplete(why) => {
+                return Err(error(
+                    Status::PgInactive,
+                    interval,
+                    format!("pg {} is incomplete: {why}", t.pg),
+                ));
+            }
+            other => {
+                return Err(error(
+                    Status::PgInactive,
+                    interval,
+                    format!("pg {} is {other:?}", t.pg),
+                ));
+            }
+        }
+        Ok(Checked {
+            interval,
+            acting: pg.entry.acting.clone(),
+            min_size: pg.params.min_size,
+            generation: pg.generation,
+        })
+    }
+
+    /// Recovers `t.oid` first if some member lacks it. Caller holds the lock.
+    async fn ensure_recovered(self: &Rc<Self>, t: &Target, c: &Checked) -> Result<(), Answer> {
+        let missing = self
+            .pgs
+            .borrow()
+            .get(&t.pg)
+            .is_some_and(|p| p.missing.contains_key(&t.oid));
+        if !missing {
+            return Ok(());
+        }
+        let _slot = self.recovery.take().await;
+        self.recover_object(t.pg, c.generation, t.oid)
+            .await
+            .map_err(|why| {
+                error(
+                    Status::PgInactive,
+                    c.interval,
+                    format!("object {} is being recovered: {why}", t.oid),
+                )
+            })
+    }
+
+    /// Serves a client read from the primary's copy.
+    pub(crate) async fn client_read(self: &Rc<Self>, r: ReadReq) -> Answer {
+        let t = r.target;
+        let c = match self.check_target(&t, r.offset, r.len as u64) {
+            Ok(c) => c,
+            Err(a) => return a,
+        };
+        // Never return a write that is not yet on every member.
+        self.locks.wait_unlocked(t.oid).await;
+        let stale_here = self
+            .pgs
+            .borrow()
+            .get(&t.pg)
+            .and_then(|p| p.missing.get(&t.oid).map(|m| m.stale.contains(&self.me)))
+            .unwrap_or(false);
+        if stale_here {
+            let _g = self.locks.lock(t.oid).await;
+            if let Err(a) = self.ensure_recovered(&t, &c).await {
+                return a;
+            }
+        }
+        match self.store.read(t.oid, r.offset, r.len as u64).await {
+            Ok(out) => (Message::Reply(Reply::ok(out.version)), Some(out.data)),
+            Err(StoreError::Checksum { .. }) => self.read_after_repair(&t, &c, &r).await,
+            Err(e) => error(status_of(&e), c.interval, e.to_string()),
+        }
+    }
+
+    /// A local block failed its checksum: fetch the object from another
+    /// member holding the same version, install it, and read again.
+    async fn read_after_repair(self: &Rc<Self>, t: &Target, c: &Checked, r: &ReadReq) -> Answer {
+        let _g = self.locks.lock(t.oid).await;
+        let version = self.store.version(t.oid).unwrap_or(Version::ZERO);
+        let others: Vec<OsdId> = c.acting.iter().copied().filter(|o| *o != self.me).collect();
+        tracing::warn!(oid = %t.oid, "checksum mismatch on the primary: repairing from a replica");
+        let img = match self.pull_from(&others, *t, version).await {
+            Ok(img) => img,
+            Err(why) => {
+                return error(
+                    Status::Checksum,
+                    c.interval,
+                    format!(
+                        "object {} is corrupt here and no replica could repair it: {why}",
+                        t.oid
+                    ),
+                );
+            }
+        };
+        if let Err(e) = self.store.replace(t.oid, version, &img.extents).await {
+            return error(
+                status_of(&e),
+                c.interval,
+                format!("repairing {}: {e}", t.oid),
+            );
+        }
+        match self.store.read(t.oid, r.offset, r.len as u64).await {
+            Ok(out) => (Message::Reply(Reply::ok(out.version)), Some(out.data)),
+            Err(e) => error(status_of(&e), c.interval, e.to_string()),
+        }
+    }
+
+    /// Replicates a client write to every acting member.
+    pub(crate) async fn client_write(self: &Rc<Self>, w: WriteReq, data: AlignedBuf) -> Answer {
+        let t = w.target;
+        if crc32c::crc32c(&data) != w.data_crc {
+            return error(Status::Malformed, Epoch(0), "write data checksum mismatch");
+        }
+        let op = |t: Target, version| SubOp {
+            target: t,
+            version,
+            kind: SubOpKind::Write,
+            extents: vec![(w.offset, data.len() as u64)],
+            data_crc: w.data_crc,
+        };
+        self.mutate(t, w.offset, data.len() as u64, op, Some(&data), |version| {
+            let store = self.store.clone();
+            let local = AlignedBuf::copy_from(&data);
+            async move { store.write(t.oid, w.offset, local, version).await }
+        })
+        .await
+    }
+
+    /// Replicates a client discard to every acting member.
+    pub(crate) async fn client_discard(self: &Rc<Self>, d: DiscardReq) -> Answer {
+        let t = d.target;
+        let op = |t: Target, version| SubOp {
+            target: t,
+            version,
+            kind: SubOpKind::Discard,
+            extents: vec![(d.offset, d.len)],
+            data_crc: crc32c::crc32c(&[]),
+        };
+        self.mutate(t, d.offset, d.len, op, None, |version| {
+            let store = self.store.clone();
+            async move { store.discard(t.oid, d.offset, d.len, version).await }
+        })
+        .await
+    }
+
+    /// Which ranges of an object hold data.
+    pub(crate) async fn client_allocation(self: &Rc<Self>, t: Target) -> Answer {
+        let c = match self.check_target(&t, 0, 0) {
+            Ok(c) => c,
+            Err(a) => return a,
+        };
+        self.locks.wait_unlocked(t.oid).await;
+        let mut r = Reply::ok(self.store.version(t.oid).unwrap_or(Version::ZERO));
+        r.epoch = c.interval;
+        r.ranges = self
+            .store
+            .allocated(t.oid)
+            .into_iter()
+            .map(|x| (x.start, x.end - x.start))
+            .collect();
+        (Message::Reply(r), None)
+    }
+
+    /// The common path of writes and discards: lock the object, recover it
+    /// if needed, stamp a version, apply locally and on every other member
+    /// at once, and answer once all have it durable.
+    async fn mutate<F, Fut>(
+        self: &Rc<Self>,
+        t: Target,
+        offset: u64,
+        len: u64,
+        make_op: impl Fn(Target, Version) -> SubOp,
+        data: Option<&AlignedBuf>,
+        local: F,
+    ) -> Answer
+    where
+        F: FnOnce(Version) -> Fut,
+        Fut: std::future::Future<Output = Result<(), StoreError>>,
+    {
+        if let Err(a) = self.check_target(&t, offset, len) {
+            return a;
+        }
+        let _g = self.locks.lock(t.oid).await;
+        // The interval may have changed while we waited for the lock.
+        let c = match self.check_target(&t, offset, len) {
+            Ok(c) => c,
+            Err(a) => return a,
+        };
+        if (c.acting.len() as u32) < c.min_size {
+            return error(
+                Status::PgInactive,
+                c.interval,
+                format!(
+                    "pg {} has {} of the {} members it needs to accept writes",
+                    t.pg,
+                    c.acting.len(),
+                    c.min_size
+                ),
+            );
+        }
+        if let Err(a) = self.ensure_recovered(&t, &c).await {
+            return a;
+        }
+        let version = {
+            let mut pgs = self.pgs.borrow_mut();
+            let Some(p) = pgs.get_mut(&t.pg).filter(|p| p.generation == c.generation) else {
+                return error(Status::PgInactive, c.interval, "interval changed");
+            };
+            p.seq += 1;
+            Version::new(c.interval.0, p.seq)
+        };
+        let msg = Message::SubOp(make_op(t, version));
+        let data = data.map(|d| &d[..]);
+        let remote = c.acting.iter().copied().filter(|o| *o != self.me).map(|o| {
+            let msg = &msg;
+            async move { (o, self.member_call(o, t.pg, msg, data).await) }
+        });
+        let (mine, theirs) = futures::join!(local(version), join_all(remote));
+        let mut ok = Vec::new();
+        let mut failed: Vec<(OsdId, Status, String)> = Vec::new();
+        match mine {
+            Ok(()) => ok.push(self.me),
+            Err(e) => failed.push((self.me, status_of(&e), e.to_string())),
+        }
+        for (o, r) in theirs {
+            match r {
+                Ok(()) => ok.push(o),
+                Err((s, why)) => failed.push((o, s, why)),
+            }
+        }
+        if failed.is_empty() {
+            let mut r = Reply::ok(version);
+            r.epoch = c.interval;
+            return (Message::Reply(r), None);
+        }
+        if !ok.is_empty() {
+            // Some members have the new version and some do not: remember,
+            // so the next operation on the object brings them level first.
+            let mut pgs = self.pgs.borrow_mut();
+            if let Some(p) = pgs.get_mut(&t.pg).filter(|p| p.generation == c.generation) {
+                p.missing.insert(
+                    t.oid,
+                    Missing {
+                        version,
+                        holders: ok.clone(),
+                        stale: failed.iter().map(|f| f.0).collect(),
+                    },
+                );
+            }
+        }
+        let status = if failed.iter().all(|f| f.1 == Status::NoSpace) {
+            Status::NoSpace
+        } else if failed.iter().all(|f| f.1 == Status::InvalidArgument) {
+            Status::InvalidArgument
+        } else {
+            Status::PgInactive
+        };
+        let why: Vec<String> = failed.iter().map(|f| format!("{}: {}", f.0, f.2)).collect();
+        error(
+            status,
+            c.interval,
+            format!("not on every replica: {}", why.join("; ")),
+        )
+    }
+}

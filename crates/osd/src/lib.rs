@@ -1,0 +1,29 @@
+//! Pontoon's OSD: one daemon per data device. The device is cut into store
+//! slices, one per shard (a core with its own io_uring runtime and TCP
+//! port); each shard serves the PGs whose index maps to it, so no request
+//! and no lock crosses cores on the data path.
+//!
+//! For each PG a shard is its primary, a replica or a stray holding old
+//! data. The primary orders mutations per object, stamps versions
+//! (interval epoch, counter), applies them locally and on every other
+//! acting member in parallel, and answers only when all have them durable.
+//! At the start of every interval the primary peers (see [`peering`]): it
+//! fences every current member and one member of every earlier interval,
+//! takes the highest version of each object as authoritative, and recovers
+//! stale copies before they serve, in the background and on demand.
+//!
+//! The PG logic talks to other OSDs only through [`Peers`], so the
+//! deterministic simulator can run it unchanged.
+
+mod client_ops;
+pub mod locks;
+pub mod map;
+pub mod peering;
+pub mod peers;
+pub mod pg;
+mod replica;
+pub mod shard;
+
+pub use map::{PastInterval, PgEntry, PoolParams, ShardMap, pg_for};
+pub use peers::{NetPeers, PeerError, Peers};
+pub use shard::{PgStatus, Shard};

@@ -1,0 +1,83 @@
+//! What a shard needs to know of the cluster map: its PGs with their
+//! intervals and acting sets, where the other OSDs listen, and which pool
+//! each volume lives in. Built from the etcd map by the daemon, or by hand
+//! in tests and the simulator.
+
+use std::net::SocketAddr;
+
+use pontoon_types::{Epoch, ObjectId, OsdId, PgId, PoolId};
+use rustc_hash::FxHashMap;
+
+/// A pool's replication parameters.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PoolParams {
+    /// Replicas.
+    pub size: u32,
+    /// Fewest acting members that may accept writes.
+    pub min_size: u32,
+    /// Number of PGs.
+    pub pgs: u32,
+}
+
+/// An earlier acting set of a PG that may hold writes the current one lacks.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PastInterval {
+    /// Epoch at which that interval began.
+    pub interval: Epoch,
+    /// Its acting set.
+    pub acting: Vec<OsdId>,
+}
+
+/// One PG as the map places it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PgEntry {
+    /// Epoch at which the current acting set took over.
+    pub interval: Epoch,
+    /// Current acting set; first is the primary.
+    pub acting: Vec<OsdId>,
+    /// Intervals since the PG was last clean, oldest first.
+    pub past: Vec<PastInterval>,
+}
+
+/// The shard's view of the cluster map at one epoch.
+#[derive(Clone, Debug, Default)]
+pub struct ShardMap {
+    /// Map epoch.
+    pub epoch: Epoch,
+    /// Pools by id.
+    pub pools: FxHashMap<PoolId, PoolParams>,
+    /// Pool of each volume that exists.
+    pub volumes: FxHashMap<u64, PoolId>,
+    /// Every PG of every pool.
+    pub pgs: FxHashMap<PgId, PgEntry>,
+    /// Listening addresses of each OSD, one per shard.
+    pub addrs: FxHashMap<OsdId, Vec<SocketAddr>>,
+}
+
+impl ShardMap {
+    /// The PG holding `oid`, if its volume exists.
+    pub fn pg_of(&self, oid: ObjectId) -> Option<PgId> {
+        let pool = *self.volumes.get(&oid.volume.0)?;
+        let p = self.pools.get(&pool)?;
+        Some(pg_for(pool, p.pgs, oid))
+    }
+
+    /// Where `osd` serves `pg`: its shard `pg.index % shards`.
+    pub fn addr_of(&self, osd: OsdId, pg: PgId) -> Option<SocketAddr> {
+        let a = self.addrs.get(&osd)?;
+        if a.is_empty() {
+            return None;
+        }
+        Some(a[pg.index as usize % a.len()])
+    }
+}
+
+/// The PG of an object in a pool of `pgs` PGs. Must never change: where data
+/// lives depends on it.
+pub fn pg_for(pool: PoolId, pgs: u32, oid: ObjectId) -> PgId {
+    debug_assert!(pgs > 0);
+    PgId {
+        pool,
+        index: (oid.placement_hash() % pgs.max(1) as u64) as u32,
+    }
+}

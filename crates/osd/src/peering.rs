@@ -1,0 +1,403 @@
+//! Peering and recovery, run by a PG's primary at the start of every
+//! interval.
+//!
+//! Peering asks every member of the acting set, and every member of each
+//! past interval that could have accepted writes (at least `min_size`
+//! members), for the versions of the PG's objects. Answering is a promise:
+//! the member refuses operations of earlier intervals from then on, so no
+//! old primary can slip a write in afterwards. Every acting member must
+//! answer; of each past interval at least one member must (a write
+//! acknowledged in that interval is on all of its members), else the PG is
+//! incomplete and serves nothing. The highest version of each object is
+//! authoritative; acting members with an older one, or none, are stale for
+//! it. Stale copies are recovered in the background (a few objects at a
+//! time per shard) and on demand before an operation touches the object.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::rc::Rc;
+use std::time::Duration;
+
+use futures::future::join_all;
+use pontoon_buf::AlignedBuf;
+use pontoon_proto::{Message, PeerQuery, Reply, Status, SubOp, SubOpKind, Target};
+use pontoon_store::{BlockDevice, ObjectImage};
+use pontoon_types::{Epoch, ObjectId, OsdId, PgId, Version};
+
+use crate::peers::Peers;
+use crate::pg::{Missing, Phase};
+use crate::replica::{flatten_image, split_extents};
+use crate::shard::Shard;
+
+/// Why a peering attempt did not finish.
+enum PeerFail {
+    /// Try again shortly (a member did not answer yet, the map moved on).
+    Retry(String),
+    /// Some past interval has no reachable member.
+    Incomplete(String),
+}
+
+/// Longest pause between peering attempts.
+const MAX_PEER_BACKOFF: Duration = Duration::from_secs(2);
+/// How often a replica that has not seen the primary's interval is retried,
+/// and how many times.
+const EPOCH_AHEAD_RETRY: Duration = Duration::from_millis(50);
+const EPOCH_AHEAD_TRIES: u32 = 100;
+
+impl<D: BlockDevice + 'static, P: Peers> Shard<D, P> {
+    /// Peers `pg` for as long as `generation` is its current life, then
+    /// starts its recovery.
+    pub(crate) async fn peer_loop(self: Rc<Self>, pg: PgId, generation: u64) {
+        let mut delay = Duration::from_millis(20);
+        loop {
+            if !self.is_current(pg, generation) {
+                return;
+            }
+            match self.try_peer(pg, generation).await {
+                Ok(()) => {
+                    let shard = self.clone();
+                    compio::runtime::spawn(
+                        async move { shard.recovery_loop(pg, generation).await },
+                    )
+                    .detach();
+                    return;
+                }
+                Err(PeerFail::Incomplete(why)) => {
+                    tracing::warn!(%pg, "incomplete: {why}");
+                    if let Some(p) = self.pgs.borrow_mut().get_mut(&pg)
+                        && p.generation == generation
+                    {
+                        p.phase = Phase::Incomplete(why);
+                    }
+                }
+                Err(PeerFail::Retry(why)) => tracing::debug!(%pg, "peering again: {why}"),
+            }
+            compio::time::sleep(delay).await;
+            delay = (delay * 2).min(MAX_PEER_BACKOFF);
+        }
+    }
+
+    async fn try_peer(self: &Rc<Self>, pg: PgId, generation: u64) -> Result<(), PeerFail> {
+        let (entry, params) = {
+            let mut pgs = self.pgs.borrow_mut();
+            let p = pgs
+                .get_mut(&pg)
+                .filter(|p| p.generation == generation)
+                .ok_or_else(|| PeerFail::Retry("interval changed".into()))?;
+            p.promised = p.promised.max(p.entry.interval);
+            (p.entry.clone(), p.params)
+        };
+        let e = entry.interval;
+        let past: Vec<_> = entry
+            .past
+            .iter()
+            .filter(|i| i.acting.len() as u32 >= params.min_size.max(1) && i.interval < e)
+            .collect();
+        let mut ask: BTreeSet<OsdId> = entry.acting.iter().copied().collect();
+        for i in &past {
+            ask.extend(i.acting.iter().copied());
+        }
+        let answers: BTreeMap<OsdId, Result<Vec<(ObjectId, Version)>, String>> = join_all(
+            ask.iter()
+                .map(|&osd| async move { (osd, self.query_member(osd, pg, e).await) }),
+        )
+        .await
+        .into_iter()
+        .collect();
+        for osd in &entry.acting {
+            if let Some(Err(why)) = answers.get(osd) {
+                return Err(PeerFail::Retry(format!("acting member {osd}: {why}")));
+            }
+        }
+        for i in &past {
+            if !i
+                .acting
+                .iter()
+                .any(|o| matches!(answers.get(o), Some(Ok(_))))
+            {
+                let names: Vec<String> = i.acting.iter().map(|o| o.to_string()).collect();
+                return Err(PeerFail::Incomplete(format!(
+                    "no member of interval {} ({}) answered",
+                    i.interval,
+                    names.join(", ")
+                )));
+            }
+        }
+        // Highest version wins; note who holds it.
+        let mut auth: BTreeMap<ObjectId, (Version, Vec<OsdId>)> = BTreeMap::new();
+        let mut held: BTreeMap<(OsdId, ObjectId), Version> = BTreeMap::new();
+        for (osd, list) in &answers {
+            let Ok(list) = list else { continue };
+            for &(oid, v) in list {
+                held.insert((*osd, oid), v);
+                let a = auth.entry(oid).or_insert((v, Vec::new()));
+                if v > a.0 {
+                    *a = (v, vec![*osd]);
+                } else if v == a.0 {
+                    a.1.push(*osd);
+                }
+            }
+        }
+        let mut missing = BTreeMap::new();
+        let mut seq = 0;
+        for (oid, (v, holders)) in auth {
+            if v.epoch == e.0 {
+                seq = seq.max(v.seq);
+            }
+            let stale: Vec<OsdId> = entry
+                .acting
+                .iter()
+                .copied()
+                .filter(|o| held.get(&(*o, oid)).is_none_or(|have| *have < v))
+                .collect();
+            if !stale.is_empty() {
+                missing.insert(
+                    oid,
+                    Missing {
+                        version: v,
+                        holders,
+                        stale,
+                    },
+                );
+            }
+        }
+        let mut pgs = self.pgs.borrow_mut();
+        let p = pgs
+            .get_mut(&pg)
+            .filter(|p| p.generation == generation)
+            .ok_or_else(|| PeerFail::Retry("interval changed".into()))?;
+        tracing::info!(%pg, interval = %e, missing = missing.len(), "peered");
+        p.missing = missing;
+        p.seq = p.seq.max(seq);
+        p.phase = Phase::Active;
+        Ok(())
+    }
+
+    /// All `(object, version)` pairs `osd` holds for `pg`, fencing it at `e`.
+    async fn query_member(
+        self: &Rc<Self>,
+        osd: OsdId,
+        pg: PgId,
+        e: Epoch,
+    ) -> Result<Vec<(ObjectId, Version)>, String> {
+        let mut all = Vec::new();
+        let mut after = None;
+        loop {
+            let (page, more) = if osd == self.me {
+                self.list_pg(pg, after, pontoon_proto::PEER_PAGE)
+            } else {
+                let q = Message::PeerQuery(PeerQuery {
+                    pg,
+                    epoch: e,
+                    after,
+                });
+                match self.peers.call(osd, pg, &q, None).await {
+                    Ok((Message::PeerInfo(info), _)) => (info.objects, info.more),
+                    Ok((Message::Reply(r), _)) => {
+                        return Err(format!("{:?}: {}", r.status, r.message));
+                    }
+                    Ok((m, _)) => return Err(format!("unexpected answer {:?}", m.msg_type())),
+                    Err(e) => return Err(e.to_string()),
+                }
+            };
+            after = page.last().map(|(o, _)| *o);
+            all.extend(page);
+            if !more || after.is_none() {
+                return Ok(all);
+            }
+        }
+    }
+
+    /// Recovers the PG's missing objects in the background, a few at a time
+    /// per shard, until none are left or the interval ends.
+    async fn recovery_loop(self: Rc<Self>, pg: PgId, generation: u64) {
+        let mut cursor: Option<ObjectId> = None;
+        loop {
+            let next = {
+                let pgs = self.pgs.borrow();
+                let Some(p) = pgs.get(&pg).filter(|p| p.generation == generation) else {
+                    return;
+                };
+                if p.missing.is_empty() {
+                    return;
+                }
+                let from = cursor.map_or(std::ops::Bound::Unbounded, std::ops::Bound::Excluded);
+                p.missing
+                    .range((from, std::ops::Bound::Unbounded))
+                    .next()
+                    .map(|(o, _)| *o)
+            };
+            let Some(oid) = next else {
+                // A pass ended with objects left (their holders were
+                // unreachable): wait before the next pass.
+                cursor = None;
+                compio::time::sleep(Duration::from_secs(1)).await;
+                continue;
+            };
+            cursor = Some(oid);
+            let _slot = self.recovery.take().await;
+            let _guard = self.locks.lock(oid).await;
+            if let Err(why) = self.recover_object(pg, generation, oid).await {
+                tracing::warn!(%pg, %oid, "recovery failed: {why}");
+            }
+        }
+    }
+
+    /// Brings every stale acting member of `oid` to its authoritative
+    /// version. The caller holds the object's lock.
+    pub(crate) async fn recover_object(
+        self: &Rc<Self>,
+        pg: PgId,
+        generation: u64,
+        oid: ObjectId,
+    ) -> Result<(), String> {
+        let (m, e) = {
+            let pgs = self.pgs.borrow();
+            let Some(p) = pgs.get(&pg).filter(|p| p.generation == generation) else {
+                return Err("interval changed".into());
+            };
+            match p.missing.get(&oid) {
+                None => return Ok(()),
+                Some(m) => (m.clone(), p.entry.interval),
+            }
+        };
+        let target = Target { pg, epoch: e, oid };
+        let image = if m.stale.contains(&self.me) {
+            let img = self.pull_from(&m.holders, target, m.version).await?;
+            self.store
+                .replace(oid, m.version, &img.extents)
+                .await
+                .map_err(|e| format!("installing {oid} locally: {e}"))?;
+            img
+        } else {
+            match self.store.read_object(oid).await {
+                Ok(Some(img)) if img.version == m.version => img,
+                Ok(other) => {
+                    return Err(format!(
+                        "local copy of {oid} is at {:?}, expected {}",
+                        other.map(|i| i.version),
+                        m.version
+                    ));
+                }
+                Err(e) => return Err(format!("reading {oid}: {e}")),
+            }
+        };
+        let (ranges, data) = flatten_image(&image);
+        let op = SubOp {
+            target,
+            version: m.version,
+            kind: SubOpKind::Replace,
+            extents: ranges,
+            data_crc: crc32c::crc32c(&data),
+        };
+        let msg = Message::SubOp(op);
+        let pushes = m.stale.iter().copied().filter(|o| *o != self.me).map(|o| {
+            let (msg, data) = (&msg, &data);
+            async move { (o, self.member_call(o, pg, msg, Some(data)).await) }
+        });
+        let results = join_all(pushes).await;
+        let mut left = Vec::new();
+        let mut failures = Vec::new();
+        for (o, r) in results {
+            if let Err((_, why)) = r {
+                left.push(o);
+                failures.push(format!("{o}: {why}"));
+            }
+        }
+        let mut pgs = self.pgs.borrow_mut();
+        if let Some(p) = pgs.get_mut(&pg).filter(|p| p.generation == generation) {
+            if left.is_empty() {
+                p.missing.remove(&oid);
+                p.recovered += 1;
+            } else if let Some(mm) = p.missing.get_mut(&oid) {
+                for o in &mm.stale {
+                    if !left.contains(o) && !mm.holders.contains(o) {
+                        mm.holders.push(*o);
+                    }
+                }
+                mm.stale = left;
+            }
+        }
+        if failures.is_empty() {
+            Ok(())
+        } else {
+            Err(failures.join("; "))
+        }
+    }
+
+    /// Fetches `version` of an object from the first holder that has it.
+    pub(crate) async fn pull_from(
+        self: &Rc<Self>,
+        holders: &[OsdId],
+        target: Target,
+        version: Version,
+    ) -> Result<ObjectImage, String> {
+        let mut why = Vec::new();
+        for &h in holders.iter().filter(|h| **h != self.me) {
+            match self
+                .peers
+                .call(h, target.pg, &Message::Pull(target), None)
+                .await
+            {
+                Ok((Message::Reply(r), data)) if r.status == Status::Ok => {
+                    if r.version != version {
+                        why.push(format!("{h} has {} not {version}", r.version));
+                        continue;
+                    }
+                    let data = data.unwrap_or_else(|| AlignedBuf::for_read(0));
+                    match split_extents(&r.ranges, &data) {
+                        Some(extents) => return Ok(ObjectImage { version, extents }),
+                        None => why.push(format!("{h} sent extents that do not match its data")),
+                    }
+                }
+                Ok((Message::Reply(r), _)) => {
+                    why.push(format!("{h}: {:?} {}", r.status, r.message))
+                }
+                Ok((m, _)) => why.push(format!("{h}: unexpected {:?}", m.msg_type())),
+                Err(e) => why.push(e.to_string()),
+            }
+        }
+        if why.is_empty() {
+            why.push("no other holder".into());
+        }
+        Err(format!(
+            "no copy of {} at {version}: {}",
+            target.oid,
+            why.join("; ")
+        ))
+    }
+
+    /// Sends a versioned operation to a member, retrying for a while if it
+    /// has not seen this interval yet.
+    pub(crate) async fn member_call(
+        self: &Rc<Self>,
+        osd: OsdId,
+        pg: PgId,
+        msg: &Message,
+        data: Option<&[u8]>,
+    ) -> Result<(), (Status, String)> {
+        for _ in 0..EPOCH_AHEAD_TRIES {
+            match self.peers.call(osd, pg, msg, data).await {
+                Ok((
+                    Message::Reply(Reply {
+                        status: Status::Ok, ..
+                    }),
+                    _,
+                )) => return Ok(()),
+                Ok((Message::Reply(r), _)) if r.status == Status::EpochAhead => {
+                    compio::time::sleep(EPOCH_AHEAD_RETRY).await;
+                }
+                Ok((Message::Reply(r), _)) => {
+                    return Err((r.status, format!("{osd}: {}", r.message)));
+                }
+                Ok((m, _)) => {
+                    return Err((Status::Io, format!("{osd}: unexpected {:?}", m.msg_type())));
+                }
+                Err(e) => return Err((Status::PgInactive, e.to_string())),
+            }
+        }
+        Err((
+            Status::PgInactive,
+            format!("{osd} has not seen this interval"),
+        ))
+    }
+}

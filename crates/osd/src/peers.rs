@@ -1,0 +1,91 @@
+//! How a shard talks to other OSDs: a trait, so the deterministic simulator
+//! can stand in for the network, and the real implementation over TCP.
+
+use std::cell::RefCell;
+use std::future::Future;
+use std::rc::Rc;
+use std::time::Duration;
+
+use pontoon_buf::AlignedBuf;
+use pontoon_net::ConnPool;
+use pontoon_proto::{Message, Role};
+use pontoon_types::{OsdId, PgId};
+
+use crate::map::ShardMap;
+
+/// Why a message to another OSD got no answer.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("{osd} unreachable: {reason}")]
+pub struct PeerError {
+    /// The OSD.
+    pub osd: OsdId,
+    /// What went wrong.
+    pub reason: String,
+}
+
+/// Sends requests to the shard of another OSD that serves a PG.
+pub trait Peers: 'static {
+    /// Sends `msg` (with `data`) to `osd`'s shard for `pg` and waits for the answer.
+    fn call(
+        &self,
+        osd: OsdId,
+        pg: PgId,
+        msg: &Message,
+        data: Option<&[u8]>,
+    ) -> impl Future<Output = Result<(Message, Option<AlignedBuf>), PeerError>>;
+}
+
+/// How long one request to another OSD may take before it counts as failed.
+pub const PEER_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// [`Peers`] over TCP, finding addresses in the current map.
+pub struct NetPeers {
+    pool: Rc<ConnPool>,
+    map: RefCell<Rc<ShardMap>>,
+}
+
+impl NetPeers {
+    /// Peers speaking as OSD `me`.
+    pub fn new(me: OsdId) -> Self {
+        Self {
+            pool: ConnPool::new(Role::Osd(me), Duration::from_secs(3)),
+            map: RefCell::new(Rc::new(ShardMap::default())),
+        }
+    }
+
+    /// Uses `map` for addresses from now on.
+    pub fn set_map(&self, map: Rc<ShardMap>) {
+        *self.map.borrow_mut() = map;
+    }
+
+    /// Drops every connection (the OSD is stopping or fenced).
+    pub fn close_all(&self) {
+        self.pool.close_all();
+    }
+}
+
+impl Peers for NetPeers {
+    async fn call(
+        &self,
+        osd: OsdId,
+        pg: PgId,
+        msg: &Message,
+        data: Option<&[u8]>,
+    ) -> Result<(Message, Option<AlignedBuf>), PeerError> {
+        let addr = self
+            .map
+            .borrow()
+            .addr_of(osd, pg)
+            .ok_or_else(|| PeerError {
+                osd,
+                reason: "no address in the map".into(),
+            })?;
+        self.pool
+            .call(addr, msg, data, PEER_TIMEOUT)
+            .await
+            .map_err(|e| PeerError {
+                osd,
+                reason: format!("{addr}: {e}"),
+            })
+    }
+}

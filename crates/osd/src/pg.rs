@@ -1,0 +1,130 @@
+//! A placement group's state on one shard: its interval, role, peering
+//! phase, fencing promise and the objects some member still lacks.
+
+use std::collections::BTreeMap;
+
+use pontoon_types::{Epoch, ObjectId, OsdId, PgId, Version};
+
+use crate::map::{PgEntry, PoolParams};
+
+/// Where a PG is in its life on this shard.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Phase {
+    /// Primary, gathering versions from current and past members.
+    Peering,
+    /// Primary, serving I/O (possibly degraded or recovering).
+    Active,
+    /// Primary, but some earlier interval has no reachable member: I/O is
+    /// blocked rather than risk serving stale data.
+    Incomplete(String),
+    /// A non-primary member of the acting set.
+    Replica,
+    /// Not in the acting set: holds data only for peering queries.
+    Stray,
+}
+
+/// An object the authoritative version of which some acting member lacks.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Missing {
+    /// Authoritative version.
+    pub version: Version,
+    /// OSDs known to hold exactly that version.
+    pub holders: Vec<OsdId>,
+    /// Acting members that lack it.
+    pub stale: Vec<OsdId>,
+}
+
+/// One PG on one shard.
+#[derive(Clone, Debug)]
+pub struct Pg {
+    /// Which PG.
+    pub id: PgId,
+    /// The map's entry at the interval this state belongs to.
+    pub entry: PgEntry,
+    /// The pool's parameters.
+    pub params: PoolParams,
+    /// This OSD.
+    pub me: OsdId,
+    /// Life phase.
+    pub phase: Phase,
+    /// Highest interval this OSD promised a primary (by answering its peering
+    /// query); operations of earlier intervals are refused from then on.
+    pub promised: Epoch,
+    /// Last version counter handed out in this interval (primary).
+    pub seq: u64,
+    /// Objects to recover, by id.
+    pub missing: BTreeMap<ObjectId, Missing>,
+    /// Objects recovered in this interval.
+    pub recovered: u64,
+    /// Bumped whenever the interval changes, so tasks of an older one stop.
+    pub generation: u64,
+}
+
+impl Pg {
+    /// A PG entering interval `entry.interval`.
+    pub fn new(id: PgId, entry: PgEntry, params: PoolParams, me: OsdId, generation: u64) -> Self {
+        let phase = phase_for(&entry, me);
+        Self {
+            id,
+            entry,
+            params,
+            me,
+            phase,
+            promised: Epoch(0),
+            seq: 0,
+            missing: BTreeMap::new(),
+            recovered: 0,
+            generation,
+        }
+    }
+
+    /// The interval this shard treats as current: the map's, or a newer one
+    /// a primary already peered with us in.
+    pub fn known_interval(&self) -> Epoch {
+        self.entry.interval.max(self.promised)
+    }
+
+    /// Whether this OSD is the primary.
+    pub fn is_primary(&self) -> bool {
+        self.entry.acting.first() == Some(&self.me)
+    }
+
+    /// Members other than this OSD.
+    pub fn others(&self) -> impl Iterator<Item = OsdId> + '_ {
+        self.entry.acting.iter().copied().filter(|o| *o != self.me)
+    }
+
+    /// A short state name in the operators' vocabulary.
+    pub fn state_name(&self) -> String {
+        match &self.phase {
+            Phase::Peering => "peering".into(),
+            Phase::Incomplete(_) => "incomplete".into(),
+            Phase::Replica => "replica".into(),
+            Phase::Stray => "stray".into(),
+            Phase::Active => {
+                let mut s = String::from("active");
+                if (self.entry.acting.len() as u32) < self.params.size {
+                    s.push_str("+undersized+degraded");
+                } else if !self.missing.is_empty() {
+                    s.push_str("+degraded");
+                }
+                if !self.missing.is_empty() {
+                    s.push_str("+recovering");
+                }
+                if (self.entry.acting.len() as u32) >= self.params.size && self.missing.is_empty() {
+                    s.push_str("+clean");
+                }
+                s
+            }
+        }
+    }
+}
+
+/// The phase a PG starts an interval in on `me`.
+pub fn phase_for(entry: &PgEntry, me: OsdId) -> Phase {
+    match entry.acting.iter().position(|o| *o == me) {
+        Some(0) => Phase::Peering,
+        Some(_) => Phase::Replica,
+        None => Phase::Stray,
+    }
+}

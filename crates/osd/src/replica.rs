@@ -1,0 +1,203 @@
+//! What a shard does for other OSDs: apply a primary's versioned
+//! operations, answer peering queries (and promise to refuse older
+//! intervals), and hand out whole objects for recovery.
+
+use std::rc::Rc;
+
+use pontoon_buf::AlignedBuf;
+use pontoon_proto::{
+    Message, PEER_PAGE, PeerInfo, PeerQuery, Reply, Status, SubOp, SubOpKind, Target,
+};
+use pontoon_store::{BlockDevice, ObjectImage};
+use pontoon_types::{Epoch, ObjectId};
+
+use crate::map::{PgEntry, pg_for};
+use crate::peers::Peers;
+use crate::pg::Pg;
+use crate::shard::{Shard, error, status_of};
+
+impl<D: BlockDevice + 'static, P: Peers> Shard<D, P> {
+    /// Applies an operation the primary of the current interval versioned.
+    pub(crate) async fn replica_subop(
+        self: &Rc<Self>,
+        op: SubOp,
+        data: Option<AlignedBuf>,
+    ) -> (Message, Option<AlignedBuf>) {
+        let t = op.target;
+        let known = match self.pgs.borrow().get(&t.pg) {
+            Some(pg) => pg.known_interval(),
+            None => Epoch(0),
+        };
+        if t.epoch < known {
+            return error(
+                Status::StaleEpoch,
+                known,
+                format!("pg {} is at interval {known}, not {}", t.pg, t.epoch),
+            );
+        }
+        if t.epoch > known {
+            return error(
+                Status::EpochAhead,
+                known,
+                format!("pg {} interval {} not seen yet", t.pg, t.epoch),
+            );
+        }
+        let data = data.unwrap_or_else(|| AlignedBuf::for_read(0));
+        if crc32c::crc32c(&data) != op.data_crc {
+            return error(
+                Status::Malformed,
+                known,
+                "sub-operation data checksum mismatch",
+            );
+        }
+        let r = match op.kind {
+            SubOpKind::Write => match op.extents.as_slice() {
+                [(off, len)] if *len == data.len() as u64 => {
+                    self.store.write(t.oid, *off, data, op.version).await
+                }
+                _ => {
+                    return error(
+                        Status::Malformed,
+                        known,
+                        "write needs one extent matching its data",
+                    );
+                }
+            },
+            SubOpKind::Discard => match op.extents.as_slice() {
+                [(off, len)] => self.store.discard(t.oid, *off, *len, op.version).await,
+                _ => return error(Status::Malformed, known, "discard needs one extent"),
+            },
+            SubOpKind::Replace => match split_extents(&op.extents, &data) {
+                Some(ext) => self.store.replace(t.oid, op.version, &ext).await,
+                None => {
+                    return error(
+                        Status::Malformed,
+                        known,
+                        "replace extents do not match data",
+                    );
+                }
+            },
+            SubOpKind::Delete => self.store.delete(t.oid, op.version).await,
+        };
+        match r {
+            Ok(()) => (Message::Reply(Reply::ok(op.version)), None),
+            Err(e) => error(status_of(&e), known, e.to_string()),
+        }
+    }
+
+    /// Lists the PG's objects held here with their versions, after
+    /// promising not to accept operations of intervals before the query's.
+    pub(crate) fn answer_peer_query(
+        self: &Rc<Self>,
+        q: PeerQuery,
+    ) -> (Message, Option<AlignedBuf>) {
+        let map = self.map();
+        let Some(params) = map.pools.get(&q.pg.pool).copied() else {
+            return error(
+                Status::InvalidArgument,
+                Epoch(0),
+                format!("pool of pg {} unknown", q.pg),
+            );
+        };
+        {
+            let mut pgs = self.pgs.borrow_mut();
+            let pg = pgs.entry(q.pg).or_insert_with(|| {
+                let entry = map.pgs.get(&q.pg).cloned().unwrap_or(PgEntry {
+                    interval: Epoch(0),
+                    acting: Vec::new(),
+                    past: Vec::new(),
+                });
+                Pg::new(q.pg, entry, params, self.me, 0)
+            });
+            if q.epoch < pg.known_interval() {
+                return error(
+                    Status::StaleEpoch,
+                    pg.known_interval(),
+                    format!(
+                        "pg {} already promised interval {}",
+                        q.pg,
+                        pg.known_interval()
+                    ),
+                );
+            }
+            pg.promised = pg.promised.max(q.epoch);
+        }
+        let (objects, more) = self.list_pg(q.pg, q.after, PEER_PAGE);
+        (Message::PeerInfo(PeerInfo { objects, more }), None)
+    }
+
+    /// Objects of `pg` after `after`, at most `limit`, and whether more follow.
+    pub(crate) fn list_pg(
+        &self,
+        pg: pontoon_types::PgId,
+        after: Option<ObjectId>,
+        limit: usize,
+    ) -> (Vec<(ObjectId, pontoon_types::Version)>, bool) {
+        let map = self.map();
+        let Some(params) = map.pools.get(&pg.pool) else {
+            return (Vec::new(), false);
+        };
+        let mut out = Vec::new();
+        for (oid, v) in self.store.list() {
+            if after.is_some_and(|a| oid <= a) {
+                continue;
+            }
+            if map.volumes.get(&oid.volume.0) != Some(&pg.pool) {
+                continue;
+            }
+            if pg_for(pg.pool, params.pgs, oid) != pg {
+                continue;
+            }
+            if out.len() == limit {
+                return (out, true);
+            }
+            out.push((oid, v));
+        }
+        (out, false)
+    }
+
+    /// Sends this OSD's whole copy of an object to a recovering primary.
+    pub(crate) async fn answer_pull(self: &Rc<Self>, t: Target) -> (Message, Option<AlignedBuf>) {
+        match self.store.read_object(t.oid).await {
+            Ok(Some(img)) => image_reply(img),
+            Ok(None) => (
+                Message::Reply(Reply::ok(pontoon_types::Version::ZERO)),
+                None,
+            ),
+            Err(e) => error(status_of(&e), Epoch(0), e.to_string()),
+        }
+    }
+}
+
+/// A pull answer: the version, extents as ranges, their bytes back to back.
+pub(crate) fn image_reply(img: ObjectImage) -> (Message, Option<AlignedBuf>) {
+    let (ranges, data) = flatten_image(&img);
+    let mut r = Reply::ok(img.version);
+    r.ranges = ranges;
+    (Message::Reply(r), Some(data))
+}
+
+/// An object's extents as (offset, length) ranges and one buffer.
+pub(crate) fn flatten_image(img: &ObjectImage) -> (Vec<(u64, u64)>, AlignedBuf) {
+    let total: usize = img.extents.iter().map(|(_, d)| d.len()).sum();
+    let mut data = AlignedBuf::with_capacity(total.max(1));
+    let mut ranges = Vec::with_capacity(img.extents.len());
+    for (off, d) in &img.extents {
+        ranges.push((*off, d.len() as u64));
+        data.extend_from_slice(d);
+    }
+    (ranges, data)
+}
+
+/// Cuts `data` into the extents `ranges` describe; `None` if they disagree.
+pub(crate) fn split_extents(ranges: &[(u64, u64)], data: &[u8]) -> Option<Vec<(u64, AlignedBuf)>> {
+    let mut at = 0usize;
+    let mut out = Vec::with_capacity(ranges.len());
+    for &(off, len) in ranges {
+        let len = usize::try_from(len).ok()?;
+        let end = at.checked_add(len)?;
+        out.push((off, AlignedBuf::copy_from(data.get(at..end)?)));
+        at = end;
+    }
+    (at == data.len()).then_some(out)
+}

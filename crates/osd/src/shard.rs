@@ -1,0 +1,235 @@
+//! A shard: one core of an OSD, owning a store slice and the PGs whose index
+//! maps to it. It takes map updates, dispatches requests to the client,
+//! replica and peering paths, and reports its PGs' states.
+
+use std::cell::{Cell, RefCell};
+use std::rc::Rc;
+
+use pontoon_buf::AlignedBuf;
+use pontoon_net::{Frame, Handler};
+use pontoon_proto::{Message, Reply, Role, Status};
+use pontoon_store::{BlockDevice, Store, StoreError};
+use pontoon_types::{Epoch, OsdId, PgId};
+use rustc_hash::FxHashMap;
+
+use crate::locks::{ObjectLocks, Slots};
+use crate::map::ShardMap;
+use crate::peers::Peers;
+use crate::pg::{Pg, Phase};
+
+/// Objects recovered at once per shard: recovery must not starve client I/O.
+pub const RECOVERY_SLOTS: usize = 2;
+
+/// One shard of an OSD.
+pub struct Shard<D: BlockDevice, P: Peers> {
+    /// This OSD.
+    pub me: OsdId,
+    /// This shard's index.
+    pub index: u32,
+    /// Shards of this OSD: PG `i` belongs to shard `i % shards`.
+    pub shards: u32,
+    pub(crate) store: Store<D>,
+    pub(crate) peers: P,
+    pub(crate) map: RefCell<Rc<ShardMap>>,
+    pub(crate) pgs: RefCell<FxHashMap<PgId, Pg>>,
+    pub(crate) locks: Rc<ObjectLocks>,
+    pub(crate) recovery: Rc<Slots>,
+    fenced: Cell<bool>,
+    generation: Cell<u64>,
+}
+
+/// One PG's state for reports.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PgStatus {
+    /// Which PG.
+    pub pg: PgId,
+    /// Interval the state belongs to.
+    pub interval: Epoch,
+    /// "active+clean", "peering", "incomplete", ...
+    pub state: String,
+    /// Why the PG is incomplete, if it is.
+    pub detail: Option<String>,
+    /// Objects some acting member still lacks.
+    pub missing: u64,
+    /// Objects recovered in this interval.
+    pub recovered: u64,
+}
+
+impl<D: BlockDevice + 'static, P: Peers> Shard<D, P> {
+    /// A shard over an open store.
+    pub fn new(me: OsdId, index: u32, shards: u32, store: Store<D>, peers: P) -> Rc<Self> {
+        Rc::new(Self {
+            me,
+            index,
+            shards: shards.max(1),
+            store,
+            peers,
+            map: RefCell::new(Rc::new(ShardMap::default())),
+            pgs: RefCell::new(FxHashMap::default()),
+            locks: Rc::new(ObjectLocks::default()),
+            recovery: Slots::new(RECOVERY_SLOTS),
+            fenced: Cell::new(false),
+            generation: Cell::new(0),
+        })
+    }
+
+    /// The store slice.
+    pub fn store(&self) -> &Store<D> {
+        &self.store
+    }
+
+    /// The peers transport.
+    pub fn peers(&self) -> &P {
+        &self.peers
+    }
+
+    /// The map in use.
+    pub fn map(&self) -> Rc<ShardMap> {
+        self.map.borrow().clone()
+    }
+
+    /// Whether this shard serves `pg`.
+    pub fn owns(&self, pg: PgId) -> bool {
+        pg.index % self.shards == self.index
+    }
+
+    /// Stops serving (lease lost) or resumes (a new lease was granted and a
+    /// new map will follow).
+    pub fn set_fenced(&self, fenced: bool) {
+        self.fenced.set(fenced);
+    }
+
+    /// Whether the shard refuses I/O because its OSD may have been declared down.
+    pub fn is_fenced(&self) -> bool {
+        self.fenced.get()
+    }
+
+    /// Installs a new map: PGs whose acting set changed start a new interval
+    /// (the primary peers again); others keep their state.
+    pub fn apply_map(self: &Rc<Self>, map: Rc<ShardMap>) {
+        if map.epoch < self.map.borrow().epoch {
+            return;
+        }
+        *self.map.borrow_mut() = map.clone();
+        let mut to_peer = Vec::new();
+        {
+            let mut pgs = self.pgs.borrow_mut();
+            pgs.retain(|id, _| map.pgs.contains_key(id));
+            for (id, entry) in map.pgs.iter() {
+                if !self.owns(*id) {
+                    continue;
+                }
+                let Some(params) = map.pools.get(&id.pool).copied() else {
+                    continue;
+                };
+                match pgs.get_mut(id) {
+                    Some(pg) if pg.entry.interval == entry.interval => {
+                        pg.entry = entry.clone();
+                        pg.params = params;
+                    }
+                    existing => {
+                        let in_acting = entry.acting.contains(&self.me);
+                        if existing.is_none() && !in_acting {
+                            continue;
+                        }
+                        let promised = existing.map(|p| p.promised).unwrap_or(Epoch(0));
+                        let g = self.generation.get() + 1;
+                        self.generation.set(g);
+                        let mut pg = Pg::new(*id, entry.clone(), params, self.me, g);
+                        pg.promised = promised;
+                        if pg.phase == Phase::Peering {
+                            to_peer.push((*id, g));
+                        }
+                        pgs.insert(*id, pg);
+                    }
+                }
+            }
+        }
+        for (id, g) in to_peer {
+            let shard = self.clone();
+            compio::runtime::spawn(async move { shard.peer_loop(id, g).await }).detach();
+        }
+    }
+
+    /// States of this shard's PGs in which this OSD is a member or was asked.
+    pub fn pg_status(&self) -> Vec<PgStatus> {
+        let mut v: Vec<PgStatus> = self
+            .pgs
+            .borrow()
+            .values()
+            .map(|pg| PgStatus {
+                pg: pg.id,
+                interval: pg.entry.interval,
+                state: pg.state_name(),
+                detail: match &pg.phase {
+                    Phase::Incomplete(why) => Some(why.clone()),
+                    _ => None,
+                },
+                missing: pg.missing.len() as u64,
+                recovered: pg.recovered,
+            })
+            .collect();
+        v.sort_by_key(|s| s.pg);
+        v
+    }
+
+    /// Whether `generation` is still the current life of `pg`.
+    pub(crate) fn is_current(&self, pg: PgId, generation: u64) -> bool {
+        self.pgs
+            .borrow()
+            .get(&pg)
+            .is_some_and(|p| p.generation == generation)
+    }
+}
+
+impl<D: BlockDevice + 'static, P: Peers> Handler for Shard<D, P> {
+    async fn handle(self: Rc<Self>, peer: Role, frame: Frame) -> (Message, Option<AlignedBuf>) {
+        if self.is_fenced() {
+            return error(
+                Status::Fenced,
+                Epoch(0),
+                "this OSD lost its lease and is fenced",
+            );
+        }
+        match (frame.msg, peer) {
+            (Message::Read(r), _) => self.client_read(r).await,
+            (Message::Write(w), _) => match frame.data {
+                Some(data) => self.client_write(w, data).await,
+                None => error(Status::InvalidArgument, Epoch(0), "write without data"),
+            },
+            (Message::Discard(d), _) => self.client_discard(d).await,
+            (Message::Allocation(t), _) => self.client_allocation(t).await,
+            (Message::SubOp(op), Role::Osd(_)) => self.replica_subop(op, frame.data).await,
+            (Message::PeerQuery(q), Role::Osd(_)) => self.answer_peer_query(q),
+            (Message::Pull(t), Role::Osd(_)) => self.answer_pull(t).await,
+            (m, role) => error(
+                Status::InvalidArgument,
+                Epoch(0),
+                format!("{:?} is not a request a {role:?} may send", m.msg_type()),
+            ),
+        }
+    }
+}
+
+/// An error answer.
+pub(crate) fn error(
+    status: Status,
+    epoch: Epoch,
+    msg: impl Into<String>,
+) -> (Message, Option<AlignedBuf>) {
+    (Message::Reply(Reply::error(status, epoch, msg)), None)
+}
+
+/// The wire status for a store failure.
+pub(crate) fn status_of(e: &StoreError) -> Status {
+    match e {
+        StoreError::NoSpace(_) => Status::NoSpace,
+        StoreError::InvalidArgument(_) => Status::InvalidArgument,
+        StoreError::Checksum { .. } => Status::Checksum,
+        StoreError::Closed => Status::ShuttingDown,
+        StoreError::Io { .. }
+        | StoreError::Corrupt(_)
+        | StoreError::NotFormatted(_)
+        | StoreError::Failed(_) => Status::Io,
+    }
+}

@@ -1,0 +1,506 @@
+//! Three OSD shards on their own threads and io_uring runtimes, talking
+//! over TCP on 127.0.0.1, with maps pushed by hand: replication, degraded
+//! writes, peering and recovery after a member comes back, incomplete PGs.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::rc::Rc;
+use std::sync::mpsc as std_mpsc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use futures::channel::mpsc;
+use pontoon_buf::AlignedBuf;
+use pontoon_net::{Limits, RpcConn};
+use pontoon_osd::{NetPeers, PastInterval, PgEntry, PgStatus, PoolParams, Shard, ShardMap, pg_for};
+use pontoon_proto::{Message, ReadReq, Role, Status, Target, WriteReq};
+use pontoon_store::{FileDevice, FormatOptions, Store};
+use pontoon_types::{Epoch, ObjectId, OsdId, PgId, PoolId, Version};
+
+const POOL: PoolId = PoolId(1);
+const VOLUME: u64 = 5;
+const PGS: u32 = 8;
+
+enum Cmd {
+    Map(ShardMap),
+    Status(std_mpsc::Sender<Vec<PgStatus>>),
+    Stop,
+}
+
+/// One OSD with one shard, on its own thread.
+struct TestOsd {
+    addr: SocketAddr,
+    tx: mpsc::UnboundedSender<Cmd>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl TestOsd {
+    fn start(id: u32, path: PathBuf, format: bool) -> TestOsd {
+        let (tx, mut rx) = mpsc::unbounded::<Cmd>();
+        let (addr_tx, addr_rx) = std_mpsc::channel();
+        let thread = std::thread::spawn(move || {
+            let rt = compio::runtime::Runtime::new().expect("io_uring runtime");
+            rt.block_on(async move {
+                if format {
+                    FileDevice::create_file(&path, 256 << 20).unwrap();
+                    let dev = FileDevice::open(&path).unwrap();
+                    Store::format(&dev, None, &FormatOptions::default())
+                        .await
+                        .unwrap();
+                }
+                let dev = FileDevice::open(&path).unwrap();
+                let (store, bg) = Store::open(dev, None, 0).await.unwrap();
+                compio::runtime::spawn(bg).detach();
+                let me = OsdId(id);
+                let shard = Shard::new(me, 0, 1, store.clone(), NetPeers::new(me));
+                let listener = compio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+                addr_tx.send(listener.local_addr().unwrap()).unwrap();
+                let server = compio::runtime::spawn(pontoon_net::serve(
+                    listener,
+                    shard.clone(),
+                    Limits::default(),
+                ));
+                while let Some(cmd) = rx.next().await {
+                    match cmd {
+                        Cmd::Map(m) => {
+                            let m = Rc::new(m);
+                            shard.peers().set_map(m.clone());
+                            shard.apply_map(m);
+                        }
+                        Cmd::Status(reply) => {
+                            let _ = reply.send(shard.pg_status());
+                        }
+                        Cmd::Stop => break,
+                    }
+                }
+                drop(server);
+                shard.peers().close_all();
+                let _ = store.close().await;
+            });
+        });
+        let addr = addr_rx
+            .recv_timeout(Duration::from_secs(10))
+            .expect("osd started");
+        TestOsd {
+            addr,
+            tx,
+            thread: Some(thread),
+        }
+    }
+
+    fn map(&self, m: &ShardMap) {
+        let _ = self.tx.unbounded_send(Cmd::Map(m.clone()));
+    }
+
+    fn status(&self) -> Vec<PgStatus> {
+        let (tx, rx) = std_mpsc::channel();
+        self.tx.unbounded_send(Cmd::Status(tx)).unwrap();
+        rx.recv_timeout(Duration::from_secs(10)).unwrap()
+    }
+
+    fn stop(mut self) {
+        let _ = self.tx.unbounded_send(Cmd::Stop);
+        if let Some(t) = self.thread.take() {
+            t.join().unwrap();
+        }
+    }
+}
+
+/// A map with every PG on `acting` rotated by PG index, and `past` intervals.
+fn make_map(
+    epoch: u64,
+    osds: &BTreeMap<u32, SocketAddr>,
+    acting_of: impl Fn(u32) -> (Epoch, Vec<u32>, Vec<(u64, Vec<u32>)>),
+) -> ShardMap {
+    let mut m = ShardMap {
+        epoch: Epoch(epoch),
+        ..Default::default()
+    };
+    m.pools.insert(
+        POOL,
+        PoolParams {
+            size: 3,
+            min_size: 2,
+            pgs: PGS,
+        },
+    );
+    m.volumes.insert(VOLUME, POOL);
+    for (id, a) in osds {
+        m.addrs.insert(OsdId(*id), vec![*a]);
+    }
+    for i in 0..PGS {
+        let (interval, acting, past) = acting_of(i);
+        m.pgs.insert(
+            PgId {
+                pool: POOL,
+                index: i,
+            },
+            PgEntry {
+                interval,
+                acting: acting.into_iter().map(OsdId).collect(),
+                past: past
+                    .into_iter()
+                    .map(|(e, a)| PastInterval {
+                        interval: Epoch(e),
+                        acting: a.into_iter().map(OsdId).collect(),
+                    })
+                    .collect(),
+            },
+        );
+    }
+    m
+}
+
+fn rotate(v: &[u32], by: u32) -> Vec<u32> {
+    let mut v = v.to_vec();
+    let n = v.len();
+    v.rotate_left(by as usize % n);
+    v
+}
+
+/// A minimal client: sends to the primary named by the test's map, retrying
+/// while PGs peer or recover.
+struct TestClient {
+    conns: BTreeMap<(SocketAddr, bool), Rc<RpcConn>>,
+}
+
+impl TestClient {
+    async fn conn(&mut self, addr: SocketAddr, role: Role) -> Rc<RpcConn> {
+        let key = (addr, matches!(role, Role::Osd(_)));
+        if let Some(c) = self.conns.get(&key).filter(|c| !c.is_closed()) {
+            return c.clone();
+        }
+        let c = RpcConn::connect(addr, role, Duration::from_secs(5))
+            .await
+            .unwrap();
+        self.conns.insert(key, c.clone());
+        c
+    }
+
+    async fn call(
+        &mut self,
+        m: &ShardMap,
+        oid: ObjectId,
+        msg: impl Fn(Target) -> Message,
+        data: Option<&[u8]>,
+    ) -> (pontoon_proto::Reply, Option<AlignedBuf>) {
+        let pg = pg_for(POOL, PGS, oid);
+        let entry = &m.pgs[&pg];
+        let addr = m.addrs[&entry.acting[0]][0];
+        let t = Target {
+            pg,
+            epoch: entry.interval,
+            oid,
+        };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let c = self.conn(addr, Role::Client).await;
+            let (reply, data) = c
+                .call(&msg(t), data, Duration::from_secs(20))
+                .await
+                .expect("osd answers");
+            let Message::Reply(r) = reply else {
+                panic!("not a reply")
+            };
+            if r.status == Status::Ok || !r.status.is_retryable() || Instant::now() > deadline {
+                return (r, data);
+            }
+            compio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    async fn write(&mut self, m: &ShardMap, oid: ObjectId, off: u64, data: &[u8]) -> Version {
+        let crc = crc32c::crc32c(data);
+        let (r, _) = self
+            .call(
+                m,
+                oid,
+                |target| {
+                    Message::Write(WriteReq {
+                        target,
+                        offset: off,
+                        data_crc: crc,
+                        fua: false,
+                    })
+                },
+                Some(data),
+            )
+            .await;
+        assert_eq!(r.status, Status::Ok, "write {oid}+{off}: {}", r.message);
+        r.version
+    }
+
+    async fn read(
+        &mut self,
+        m: &ShardMap,
+        oid: ObjectId,
+        off: u64,
+        len: u32,
+    ) -> (pontoon_proto::Reply, Vec<u8>) {
+        let (r, d) = self
+            .call(
+                m,
+                oid,
+                |target| {
+                    Message::Read(ReadReq {
+                        target,
+                        offset: off,
+                        len,
+                    })
+                },
+                None,
+            )
+            .await;
+        (r, d.map(|d| d.to_vec()).unwrap_or_default())
+    }
+
+    /// Every OSD's whole copy of `oid` (version and bytes of the first 64 KiB).
+    async fn copies(
+        &mut self,
+        osds: &BTreeMap<u32, SocketAddr>,
+        oid: ObjectId,
+    ) -> Vec<(u32, Version, Vec<(u64, u64)>, Vec<u8>)> {
+        let pg = pg_for(POOL, PGS, oid);
+        let mut out = Vec::new();
+        for (id, addr) in osds {
+            let c = self.conn(*addr, Role::Osd(OsdId(900))).await;
+            let t = Target {
+                pg,
+                epoch: Epoch(0),
+                oid,
+            };
+            let (reply, data) = c
+                .call(&Message::Pull(t), None, Duration::from_secs(10))
+                .await
+                .unwrap();
+            let Message::Reply(r) = reply else { panic!() };
+            assert_eq!(r.status, Status::Ok, "{}", r.message);
+            out.push((
+                *id,
+                r.version,
+                r.ranges,
+                data.map(|d| d.to_vec()).unwrap_or_default(),
+            ));
+        }
+        out
+    }
+}
+
+fn pattern(seed: u64) -> Vec<u8> {
+    (0..4096u64)
+        .map(|i| (pontoon_types::mix64(seed * 4096 + i) & 0xff) as u8)
+        .collect()
+}
+
+fn wait_all_clean(osds: &[&TestOsd], what: &str) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let primaries: Vec<PgStatus> = osds
+            .iter()
+            .flat_map(|o| o.status())
+            .filter(|s| s.state.starts_with("active"))
+            .collect();
+        let clean = primaries
+            .iter()
+            .filter(|s| s.state == "active+clean")
+            .count();
+        if clean == PGS as usize {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{what}: PGs not clean after 60 s: {primaries:?}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn replicated_writes_survive_a_member_leaving_and_returning() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = |i: u32| dir.path().join(format!("osd{i}.img"));
+    let o0 = TestOsd::start(0, path(0), true);
+    let o1 = TestOsd::start(1, path(1), true);
+    let o2 = TestOsd::start(2, path(2), true);
+    let mut addrs: BTreeMap<u32, SocketAddr> = [(0, o0.addr), (1, o1.addr), (2, o2.addr)]
+        .into_iter()
+        .collect();
+    let all = [0, 1, 2];
+
+    // Interval 1: everyone.
+    let m1 = make_map(1, &addrs, |i| (Epoch(1), rotate(&all, i), vec![]));
+    for o in [&o0, &o1, &o2] {
+        o.map(&m1);
+    }
+    wait_all_clean(&[&o0, &o1, &o2], "interval 1");
+
+    let rt = compio::runtime::Runtime::new().unwrap();
+    let mut model: BTreeMap<(u64, u64), u64> = BTreeMap::new();
+    let mut client = TestClient {
+        conns: BTreeMap::new(),
+    };
+    rt.block_on(async {
+        for k in 0..120u64 {
+            let oid = ObjectId::new(VOLUME, k % 24);
+            let off = (pontoon_types::mix64(k) % 64) * 4096;
+            client.write(&m1, oid, off, &pattern(k)).await;
+            model.insert((oid.index, off), k);
+        }
+        // Every member holds the same version and bytes of each object.
+        for idx in 0..24 {
+            let oid = ObjectId::new(VOLUME, idx);
+            let copies = client.copies(&addrs, oid).await;
+            for c in &copies[1..] {
+                assert_eq!(
+                    (c.1, &c.2, &c.3),
+                    (copies[0].1, &copies[0].2, &copies[0].3),
+                    "{oid} differs on osd {}",
+                    c.0
+                );
+            }
+        }
+    });
+
+    // Interval 2: osd 2 is gone; writes continue degraded on 0 and 1.
+    o2.stop();
+    addrs.remove(&2);
+    let m2 = make_map(2, &addrs, |i| {
+        let acting: Vec<u32> = rotate(&all, i).into_iter().filter(|o| *o != 2).collect();
+        (Epoch(2), acting, vec![(1, rotate(&all, i))])
+    });
+    for o in [&o0, &o1] {
+        o.map(&m2);
+    }
+    rt.block_on(async {
+        for k in 120..240u64 {
+            let oid = ObjectId::new(VOLUME, k % 24);
+            let off = (pontoon_types::mix64(k) % 64) * 4096;
+            let v = client.write(&m2, oid, off, &pattern(k)).await;
+            assert_eq!(v.epoch, 2, "versions are stamped with the interval");
+            model.insert((oid.index, off), k);
+        }
+    });
+    let degraded: Vec<String> = [&o0, &o1]
+        .iter()
+        .flat_map(|o| o.status())
+        .filter(|s| s.state.starts_with("active"))
+        .map(|s| s.state)
+        .collect();
+    assert!(
+        degraded.iter().all(|s| s.contains("undersized")),
+        "PGs with two of three members must say so: {degraded:?}"
+    );
+
+    // Interval 3: osd 2 is back with its old data; peering finds what it
+    // missed and recovery brings it level.
+    let o2 = TestOsd::start(2, path(2), false);
+    addrs.insert(2, o2.addr);
+    let m3 = make_map(3, &addrs, |i| {
+        let full = rotate(&all, i);
+        let degraded: Vec<u32> = full.iter().copied().filter(|o| *o != 2).collect();
+        (Epoch(3), full.clone(), vec![(1, full), (2, degraded)])
+    });
+    for o in [&o0, &o1, &o2] {
+        o.map(&m3);
+    }
+    wait_all_clean(&[&o0, &o1, &o2], "after osd 2 returned");
+    let recovered: u64 = [&o0, &o1, &o2]
+        .iter()
+        .flat_map(|o| o.status())
+        .map(|s| s.recovered)
+        .sum();
+    assert!(
+        recovered > 0,
+        "osd 2 missed writes, so something was recovered"
+    );
+
+    rt.block_on(async {
+        for ((idx, off), k) in &model {
+            let oid = ObjectId::new(VOLUME, *idx);
+            let (r, data) = client.read(&m3, oid, *off, 4096).await;
+            assert_eq!(r.status, Status::Ok, "{}", r.message);
+            assert_eq!(data, pattern(*k), "{oid}+{off} after recovery");
+        }
+        for idx in 0..24 {
+            let oid = ObjectId::new(VOLUME, idx);
+            let copies = client.copies(&addrs, oid).await;
+            for c in &copies[1..] {
+                assert_eq!(
+                    (c.1, &c.2, &c.3),
+                    (copies[0].1, &copies[0].2, &copies[0].3),
+                    "{oid} differs on osd {} after recovery",
+                    c.0
+                );
+            }
+        }
+    });
+    for o in [o0, o1, o2] {
+        o.stop();
+    }
+}
+
+#[test]
+fn a_pg_that_cannot_hear_from_a_past_interval_is_incomplete_and_serves_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let o0 = TestOsd::start(0, dir.path().join("a.img"), true);
+    let o1 = TestOsd::start(1, dir.path().join("b.img"), true);
+    let addrs: BTreeMap<u32, SocketAddr> = [(0, o0.addr), (1, o1.addr)].into_iter().collect();
+    // Interval 5's members, osds 7 and 8, are gone for good and never
+    // answered: the new interval on 0 and 1 must not serve.
+    let m = make_map(6, &addrs, |_| (Epoch(6), vec![0, 1], vec![(5, vec![7, 8])]));
+    o0.map(&m);
+    o1.map(&m);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let st = o0.status();
+        let incomplete = st.iter().filter(|s| s.state == "incomplete").count();
+        let primaries = st.iter().filter(|s| s.state != "replica").count();
+        if primaries > 0 && incomplete == primaries {
+            assert!(
+                st.iter()
+                    .filter(|s| s.state == "incomplete")
+                    .all(|s| s.detail.as_deref().is_some_and(|d| d.contains("osd.7")))
+            );
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "PGs never reported incomplete: {st:?}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let rt = compio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let c = RpcConn::connect(o0.addr, Role::Client, Duration::from_secs(5))
+            .await
+            .unwrap();
+        let oid = (0..)
+            .map(|i| ObjectId::new(VOLUME, i))
+            .find(|o| m.pgs[&pg_for(POOL, PGS, *o)].acting[0] == OsdId(0))
+            .unwrap();
+        let pg = pg_for(POOL, PGS, oid);
+        let (reply, _) = c
+            .call(
+                &Message::Read(ReadReq {
+                    target: Target {
+                        pg,
+                        epoch: Epoch(6),
+                        oid,
+                    },
+                    offset: 0,
+                    len: 4096,
+                }),
+                None,
+                Duration::from_secs(5),
+            )
+            .await
+            .unwrap();
+        let Message::Reply(r) = reply else { panic!() };
+        assert_eq!(r.status, Status::PgInactive);
+        assert!(r.message.contains("incomplete"), "{}", r.message);
+    });
+    o0.stop();
+    o1.stop();
+}
