@@ -1,0 +1,198 @@
+//! Connections to many peers, created lazily and replaced when closed.
+
+use std::cell::{Cell, RefCell};
+use std::net::SocketAddr;
+use std::rc::{Rc, Weak};
+use std::time::Duration;
+
+use futures::FutureExt;
+use futures::future::{LocalBoxFuture, Shared};
+use pontoon_buf::AlignedBuf;
+use pontoon_proto::{Message, Role};
+use rustc_hash::FxHashMap;
+
+use crate::client::{Answer, CallError, RpcConn};
+use crate::wire::OutData;
+use crate::{Limits, NetError};
+
+/// A connect attempt that several callers may await.
+type Connecting = Shared<LocalBoxFuture<'static, Result<Rc<RpcConn>, Rc<NetError>>>>;
+
+enum Entry {
+    Ready(Rc<RpcConn>),
+    /// A connect attempt in progress, with its generation (so that an
+    /// attempt finishing after `close`/`close_all` does not overwrite a
+    /// newer entry).
+    Connecting(u64, Connecting),
+}
+
+type Map = RefCell<FxHashMap<SocketAddr, Entry>>;
+
+/// Connections to many peers, created lazily and replaced when closed.
+///
+/// One connection per address, shared by all callers of the thread that
+/// owns the pool. A closed or broken connection is dropped from the pool
+/// and a new one made on the next use.
+pub struct ConnPool {
+    role: Role,
+    connect_timeout: Duration,
+    limits: Limits,
+    conns: Rc<Map>,
+    next_gen: Cell<u64>,
+}
+
+impl std::fmt::Debug for ConnPool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ConnPool")
+            .field("role", &self.role)
+            .field("connections", &self.conns.borrow().len())
+            .finish()
+    }
+}
+
+impl ConnPool {
+    /// A pool whose connections say hello as `role`, connect within
+    /// `connect_timeout` and use the default [`Limits`].
+    pub fn new(role: Role, connect_timeout: Duration) -> Rc<Self> {
+        Self::with_limits(role, connect_timeout, Limits::default())
+    }
+
+    /// A pool whose connections use `limits`.
+    pub fn with_limits(role: Role, connect_timeout: Duration, limits: Limits) -> Rc<Self> {
+        Rc::new(Self {
+            role,
+            connect_timeout,
+            limits,
+            conns: Rc::default(),
+            next_gen: Cell::new(0),
+        })
+    }
+
+    /// An open connection to `addr`: the existing one, or a new one.
+    /// Concurrent callers for the same address share one connect attempt
+    /// (and its outcome).
+    pub async fn get(&self, addr: SocketAddr) -> Result<Rc<RpcConn>, NetError> {
+        let attempt = {
+            let mut map = self.conns.borrow_mut();
+            match map.get(&addr) {
+                Some(Entry::Ready(c)) if !c.is_closed() => return Ok(c.clone()),
+                Some(Entry::Connecting(_, f)) => f.clone(),
+                _ => {
+                    let generation = self.next_gen.get();
+                    self.next_gen.set(generation + 1);
+                    let f = connect(
+                        Rc::downgrade(&self.conns),
+                        generation,
+                        addr,
+                        self.role,
+                        self.connect_timeout,
+                        self.limits.clone(),
+                    );
+                    map.insert(addr, Entry::Connecting(generation, f.clone()));
+                    f
+                }
+            }
+        };
+        attempt.await.map_err(|e| e.duplicate())
+    }
+
+    /// Convenience: [`ConnPool::get`] + [`RpcConn::call`]; if the pooled
+    /// connection turns out closed before the request was sent, reconnects
+    /// once. `timeout` bounds each call attempt; connecting is bounded by
+    /// the pool's connect timeout.
+    pub async fn call(
+        &self,
+        addr: SocketAddr,
+        msg: &Message,
+        data: Option<&[u8]>,
+        timeout: Duration,
+    ) -> Result<Answer, NetError> {
+        self.call_with(addr, msg, || data.map(OutData::Slice), timeout)
+            .await
+    }
+
+    /// [`ConnPool::call`] with data in a shared aligned buffer, sent
+    /// without copying.
+    pub async fn call_shared(
+        &self,
+        addr: SocketAddr,
+        msg: &Message,
+        data: Option<Rc<AlignedBuf>>,
+        timeout: Duration,
+    ) -> Result<Answer, NetError> {
+        self.call_with(addr, msg, || data.clone().map(OutData::Shared), timeout)
+            .await
+    }
+
+    async fn call_with<'a>(
+        &self,
+        addr: SocketAddr,
+        msg: &Message,
+        data: impl Fn() -> Option<OutData<'a>>,
+        timeout: Duration,
+    ) -> Result<Answer, NetError> {
+        let mut retried = false;
+        loop {
+            let conn = self.get(addr).await?;
+            match conn.try_call(msg, data(), timeout).await {
+                Err(CallError::NotSent(NetError::Closed)) if !retried => retried = true,
+                r => return r.map_err(CallError::into_inner),
+            }
+        }
+    }
+
+    /// Closes and forgets the connection to `addr`, if any.
+    pub fn close(&self, addr: SocketAddr) {
+        let entry = self.conns.borrow_mut().remove(&addr);
+        if let Some(Entry::Ready(c)) = entry {
+            c.close();
+        }
+    }
+
+    /// Closes and forgets every connection. Connect attempts in progress
+    /// still complete for their callers but are not pooled.
+    pub fn close_all(&self) {
+        let entries = std::mem::take(&mut *self.conns.borrow_mut());
+        for (_, e) in entries {
+            if let Entry::Ready(c) = e {
+                c.close();
+            }
+        }
+    }
+
+    /// Addresses with an open (or opening) connection.
+    pub fn len(&self) -> usize {
+        self.conns.borrow().len()
+    }
+
+    /// True when the pool holds no connections.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// A shared connect attempt that records its outcome in the pool.
+fn connect(
+    conns: Weak<Map>,
+    generation: u64,
+    addr: SocketAddr,
+    role: Role,
+    timeout: Duration,
+    limits: Limits,
+) -> Connecting {
+    async move {
+        let r = RpcConn::connect_with(addr, role, timeout, limits).await;
+        if let Some(conns) = conns.upgrade() {
+            let mut map = conns.borrow_mut();
+            if matches!(map.get(&addr), Some(Entry::Connecting(g, _)) if *g == generation) {
+                match &r {
+                    Ok(c) => map.insert(addr, Entry::Ready(c.clone())),
+                    Err(_) => map.remove(&addr),
+                };
+            }
+        }
+        r.map_err(Rc::new)
+    }
+    .boxed_local()
+    .shared()
+}

@@ -1,0 +1,370 @@
+//! The server side: an accept loop and, per connection, a hello exchange,
+//! a reader that dispatches every request to its own handler task under
+//! the connection's budget, and a writer that sends replies in completion
+//! order.
+//!
+//! Connection states, in order:
+//! - *hello*: the first frame must be a `Hello` of our protocol version,
+//!   within `hello_timeout`;
+//! - *serving*: reading requests, dispatching them;
+//! - *draining*: the reader stopped (end of stream, socket error, idle
+//!   timeout, a frame that does not decode); requests in flight finish and
+//!   their replies are written;
+//! - *closed*: the writer is done; after an error reply the server lingers
+//!   briefly so the peer can read it, then shuts the socket down.
+
+use std::future::Future;
+use std::io;
+use std::net::SocketAddr;
+use std::rc::Rc;
+use std::time::Duration;
+
+use compio::net::{TcpListener, TcpStream};
+use compio::runtime::JoinHandle;
+use pontoon_buf::AlignedBuf;
+use pontoon_proto::{Message, MsgType, PROTOCOL_VERSION, ProtoError, Reply, Role, Status};
+use pontoon_types::{Epoch, Version};
+use tracing::{debug, warn};
+
+use crate::budget::{Budget, Permit};
+use crate::wire::{
+    FrameReader, Hold, OutData, OutQueue, Outgoing, ReadError, encode_frame, shutdown, write_frame,
+    write_frames,
+};
+use crate::{Frame, Limits};
+
+/// After an error reply, how long to keep reading (and dropping) the
+/// peer's input so that it can read the reply before the socket closes.
+const LINGER: Duration = Duration::from_secs(1);
+/// Most bytes dropped while lingering.
+const LINGER_BYTES: usize = 4 << 20;
+/// Back-off after a failed accept (e.g. out of file descriptors).
+const ACCEPT_BACKOFF: Duration = Duration::from_millis(50);
+
+/// Server side: what a listener calls for every request.
+pub trait Handler: 'static {
+    /// Answers one request from `peer`. Many run concurrently per
+    /// connection (each in its own task, up to the connection's
+    /// `max_in_flight`); replies go out in completion order, tagged with
+    /// the request's id. The reply data, if any, follows the message in
+    /// the frame.
+    fn handle(
+        self: Rc<Self>,
+        peer: Role,
+        frame: Frame,
+    ) -> impl Future<Output = (Message, Option<AlignedBuf>)>;
+}
+
+/// Accepts connections forever, one task per connection running
+/// [`serve_conn`] with `limits`.
+///
+/// Runs until its future is dropped (e.g. by dropping the `JoinHandle` of
+/// the task running it, or by racing it against a stop signal); dropping it
+/// closes the listener and every connection it accepted (their sockets are
+/// shut down; handler tasks still running finish, their replies are dropped).
+pub async fn serve<H: Handler>(listener: TcpListener, handler: Rc<H>, limits: Limits) {
+    let mut conns: Vec<JoinHandle<()>> = Vec::new();
+    loop {
+        match listener.accept().await {
+            Ok((stream, peer)) => {
+                conns.retain(|h| !h.is_finished());
+                debug!(%peer, "accepted");
+                conns.push(compio::runtime::spawn(serve_conn(
+                    stream,
+                    handler.clone(),
+                    limits.clone(),
+                )));
+            }
+            Err(e) => {
+                warn!("accept: {e}");
+                compio::time::sleep(ACCEPT_BACKOFF).await;
+            }
+        }
+    }
+}
+
+/// What every task of one connection shares.
+struct Conn<H> {
+    handler: Rc<H>,
+    peer: Role,
+    queue: Rc<OutQueue>,
+}
+
+/// Shuts the socket down and drops queued frames when the connection ends,
+/// however it ends (including its future being dropped).
+struct Teardown {
+    stream: TcpStream,
+    queue: Rc<OutQueue>,
+}
+
+impl Drop for Teardown {
+    fn drop(&mut self) {
+        self.queue.kill();
+        shutdown(&self.stream);
+    }
+}
+
+/// Why the request reader stopped.
+#[derive(Debug)]
+enum End {
+    /// Clean end of stream between frames.
+    Eof,
+    /// A socket error, an idle timeout, or end of stream inside a header.
+    Io(io::Error),
+    /// A frame that cannot be understood; answered, then the connection closes.
+    Malformed { req_id: u64, detail: String },
+}
+
+impl From<ReadError> for End {
+    fn from(e: ReadError) -> Self {
+        match e {
+            ReadError::Io(e) => End::Io(e),
+            ReadError::Header { req_id, err } | ReadError::Message { req_id, err } => {
+                End::Malformed {
+                    req_id,
+                    detail: err.to_string(),
+                }
+            }
+            ReadError::Truncated { req_id } => End::Malformed {
+                req_id,
+                detail: "connection ended inside a frame".into(),
+            },
+        }
+    }
+}
+
+/// Encodes a reply with no data (always fits in a frame).
+fn reply_frame(req_id: u64, reply: Reply) -> Option<Outgoing> {
+    encode_frame(req_id, &Message::Reply(reply), None).ok()
+}
+
+fn malformed(req_id: u64, detail: &str) -> Option<Outgoing> {
+    reply_frame(req_id, Reply::error(Status::Malformed, Epoch(0), detail))
+}
+
+/// Serves one accepted connection until it closes.
+///
+/// Expects a `Hello` first (within `limits.hello_timeout`): answers
+/// `Reply::ok`, or an error and closes when the protocol version differs;
+/// any other first frame is answered `Malformed` and the connection closed.
+/// Then reads frames and runs [`Handler::handle`] for each in its own task,
+/// at most `limits.max_in_flight` at once and with at most
+/// `limits.max_buffered_bytes` of data held; at either limit it stops
+/// reading from the socket until some request completes (backpressure, not
+/// errors). Replies are written as they complete, with their request's id.
+///
+/// A frame that fails to decode (bad magic, oversized lengths, unknown
+/// type, malformed fields, stream ending inside it) is answered with
+/// `Reply::error(Status::Malformed, Epoch(0), detail)` carrying its request
+/// id, if its header arrived; then the connection stops reading, answers
+/// the requests in flight and closes. Never panics on input.
+pub async fn serve_conn<H: Handler>(stream: TcpStream, handler: Rc<H>, limits: Limits) {
+    let addr: Option<SocketAddr> = stream.peer_addr().ok();
+    if let Err(e) = stream.set_nodelay(true) {
+        debug!(?addr, "cannot set TCP_NODELAY: {e}");
+    }
+    let queue = Rc::new(OutQueue::default());
+    let _teardown = Teardown {
+        stream: stream.clone(),
+        queue: queue.clone(),
+    };
+    let mut reader = FrameReader::new(stream.clone());
+
+    let hello = compio::time::timeout(limits.hello_timeout, hello(&mut reader, stream.clone()));
+    let peer = match hello.await {
+        Err(_) => return debug!(?addr, "no hello in time; closing"),
+        Ok(Err(why)) => {
+            debug!(?addr, "hello failed: {why}; closing");
+            if why.answered {
+                linger(&mut reader, &stream).await;
+            }
+            return;
+        }
+        Ok(Ok(role)) => role,
+    };
+    debug!(?addr, ?peer, "hello");
+
+    reader.set_idle_timeout(limits.idle_timeout);
+    let writer = compio::runtime::spawn(write_frames(stream.clone(), queue.clone()));
+    let budget = Budget::new(limits.max_in_flight, limits.max_buffered_bytes);
+    let conn = Rc::new(Conn {
+        handler,
+        peer,
+        queue: queue.clone(),
+    });
+    let end = read_requests(&conn, &mut reader, &budget).await;
+    drop(conn);
+    let answered = match end {
+        End::Eof => {
+            debug!(?addr, "end of stream; draining");
+            false
+        }
+        End::Io(e) => {
+            debug!(?addr, "connection failed: {e}; draining");
+            false
+        }
+        End::Malformed { req_id, detail } => {
+            warn!(?addr, req_id, "malformed frame: {detail}; closing");
+            malformed(req_id, &detail).is_some_and(|f| queue.push(f))
+        }
+    };
+    // Every request in flight finishes and its reply is written (or
+    // dropped, if the socket failed) before the socket closes.
+    budget.idle().await;
+    queue.close();
+    match writer.await {
+        Ok(Ok(())) => {
+            if answered {
+                linger(&mut reader, &stream).await;
+            }
+        }
+        Ok(Err(e)) => debug!(?addr, "writing replies failed: {e}"),
+        Err(e) => warn!(?addr, "reply writer ended abnormally: {e}"),
+    }
+    debug!(?addr, "closed");
+}
+
+/// Lets the peer read our last reply: stop sending, drop whatever it still
+/// sends for a short while, then return (the caller closes).
+async fn linger(reader: &mut FrameReader, stream: &TcpStream) {
+    let _ = socket2::SockRef::from(stream).shutdown(std::net::Shutdown::Write);
+    let _ = compio::time::timeout(LINGER, reader.drain(LINGER_BYTES)).await;
+}
+
+/// Why the hello exchange failed.
+#[derive(Debug)]
+struct HelloFailed {
+    /// An error reply was sent (the peer may be reading it).
+    answered: bool,
+    why: String,
+}
+
+impl std::fmt::Display for HelloFailed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.why)
+    }
+}
+
+/// Reads the peer's `Hello` and answers it.
+async fn hello(reader: &mut FrameReader, mut out: TcpStream) -> Result<Role, HelloFailed> {
+    let failed = |answered, why: String| HelloFailed { answered, why };
+    // Refuse anything but a data-less Hello before reading its body.
+    let first = reader
+        .read_frame(|h| {
+            let ok = h.msg_type == MsgType::Hello as u16 && h.data_len == 0;
+            async move {
+                if ok {
+                    Ok(())
+                } else {
+                    Err(ProtoError::Malformed("frame", "expected a Hello first"))
+                }
+            }
+        })
+        .await;
+    let (req_id, reply, role) = match first {
+        Ok(None) => return Err(failed(false, "closed before hello".into())),
+        Err(ReadError::Io(e)) => return Err(failed(false, e.to_string())),
+        Err(e) => {
+            let End::Malformed { req_id, detail } = End::from(e) else {
+                return Err(failed(false, "unreadable hello".into()));
+            };
+            let sent = match malformed(req_id, &detail) {
+                Some(f) => write_frame(&mut out, f).await.is_ok(),
+                None => false,
+            };
+            return Err(failed(sent, detail));
+        }
+        Ok(Some((hdr, Message::Hello(h), _, ()))) if h.version == PROTOCOL_VERSION => {
+            (hdr.req_id, Reply::ok(Version::ZERO), Some(h.role))
+        }
+        Ok(Some((hdr, Message::Hello(h), _, ()))) => (
+            hdr.req_id,
+            Reply::error(
+                Status::InvalidArgument,
+                Epoch(0),
+                format!(
+                    "protocol version {} is not supported (this server speaks {PROTOCOL_VERSION})",
+                    h.version
+                ),
+            ),
+            None,
+        ),
+        Ok(Some((hdr, _, _, ()))) => (
+            hdr.req_id,
+            Reply::error(Status::Malformed, Epoch(0), "expected a Hello first"),
+            None,
+        ),
+    };
+    let sent = match reply_frame(req_id, reply) {
+        Some(f) => write_frame(&mut out, f).await,
+        None => Err(io::Error::other("cannot encode the hello reply")),
+    };
+    match (role, sent) {
+        (Some(role), Ok(())) => Ok(role),
+        (Some(_), Err(e)) => Err(failed(false, e.to_string())),
+        (None, sent) => Err(failed(sent.is_ok(), "hello refused".into())),
+    }
+}
+
+/// Reads and dispatches requests until the stream ends or breaks.
+async fn read_requests<H: Handler>(
+    conn: &Rc<Conn<H>>,
+    reader: &mut FrameReader,
+    budget: &Rc<Budget>,
+) -> End {
+    loop {
+        let next = reader
+            .read_frame(|h| {
+                // Wait for room before reading the body: backpressure.
+                let acquire = budget.acquire(h.data_len as usize);
+                async move { Ok(acquire.await) }
+            })
+            .await;
+        let (hdr, msg, data, permit) = match next {
+            Ok(Some(f)) => f,
+            Ok(None) => return End::Eof,
+            Err(e) => return e.into(),
+        };
+        if let Message::Hello(_) = msg {
+            // Already said hello: refuse, stay in sync.
+            let reply = Reply::error(Status::InvalidArgument, Epoch(0), "duplicate Hello");
+            if let Some(mut f) = reply_frame(hdr.req_id, reply) {
+                f.hold = Hold::Permit(permit);
+                conn.queue.push(f);
+            }
+            continue;
+        }
+        let frame = Frame {
+            req_id: hdr.req_id,
+            msg,
+            data,
+        };
+        compio::runtime::spawn(conn.clone().run(frame, permit)).detach();
+    }
+}
+
+impl<H: Handler> Conn<H> {
+    /// Runs one request's handler and queues its reply.
+    async fn run(self: Rc<Self>, frame: Frame, mut permit: Permit) {
+        let req_id = frame.req_id;
+        let (msg, data) = self.handler.clone().handle(self.peer, frame).await;
+        if let Some(d) = &data {
+            // Reply data is held until written: count it.
+            permit.grow(d.len());
+        }
+        let out = match encode_frame(req_id, &msg, data.map(OutData::Owned)) {
+            Ok(f) => Some(f),
+            Err(e) => {
+                warn!(req_id, "reply cannot be sent: {e}");
+                reply_frame(
+                    req_id,
+                    Reply::error(Status::Io, Epoch(0), format!("reply cannot be sent: {e}")),
+                )
+            }
+        };
+        if let Some(mut f) = out {
+            f.hold = Hold::Permit(permit);
+            self.queue.push(f);
+        }
+    }
+}
