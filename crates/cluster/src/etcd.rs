@@ -1,0 +1,830 @@
+//! [`MapStore`]: the cluster map in etcd v3 — consistent loads, a watched
+//! snapshot, optimistic updates and the operator-facing operations built on
+//! them. See the crate docs for the key layout and consistency argument.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use etcd_client::{
+    Client, Compare, CompareOp, ConnectOptions, GetOptions, KvClient, Txn, TxnOp, TxnOpResponse,
+    WatchClient, WatchOptions,
+};
+use pontoon_types::{BLOCK_SIZE_U64, Epoch, OsdId};
+use tokio::sync::watch;
+use tokio::time::{sleep, timeout};
+
+use crate::keys::{self, EPOCH, LEADER};
+use crate::model::{
+    ClusterMap, DEFAULT_OBJECT_SIZE, FailureDomain, MAX_PGS_PER_POOL, OsdRecord, OsdReport,
+    PoolRecord, VolumeRecord, is_valid_name,
+};
+use crate::pgmap::recompute;
+use crate::{ClusterError, Leadership};
+
+/// How long [`MapStore::connect`] waits for etcd to answer.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long any single etcd request may take before it counts as unavailable.
+pub const OP_TIMEOUT: Duration = Duration::from_secs(10);
+/// How many times [`MapStore::update`] tries before giving up with
+/// [`ClusterError::Conflict`].
+pub const UPDATE_ATTEMPTS: u32 = 16;
+/// Largest etcd response accepted (a full map of many large pools).
+const MAX_MESSAGE: usize = 256 << 20;
+/// How long the watcher lets a burst of changes settle before reloading.
+const WATCH_COALESCE: Duration = Duration::from_millis(20);
+/// Longest pause between attempts to re-establish a broken watch.
+const WATCH_BACKOFF_MAX: Duration = Duration::from_secs(2);
+/// Most shards (listening addresses) one OSD may register.
+pub const MAX_SHARDS: usize = 1024;
+
+/// Runs one etcd request with [`OP_TIMEOUT`], naming it in errors.
+pub(crate) async fn call<T>(
+    op: &'static str,
+    fut: impl Future<Output = Result<T, etcd_client::Error>>,
+) -> Result<T, ClusterError> {
+    match timeout(OP_TIMEOUT, fut).await {
+        Ok(Ok(v)) => Ok(v),
+        Ok(Err(source)) => Err(ClusterError::Etcd { op, source }),
+        Err(_) => Err(ClusterError::Unavailable(format!(
+            "no answer to {op} within {OP_TIMEOUT:?}"
+        ))),
+    }
+}
+
+/// Seconds since the Unix epoch by the local clock (0 if it is before 1970).
+pub(crate) fn unix_now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+/// A jittered, growing pause before retry `attempt` (1-based): 5 ms doubling
+/// up to 200 ms, times 0.5–1.5, so two conflicting writers fall out of step.
+async fn backoff(attempt: u32) {
+    let base = 5u64 << attempt.min(6).saturating_sub(1);
+    let base = base.min(200);
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::from(d.subsec_nanos()));
+    let jitter = pontoon_types::mix64(nanos ^ u64::from(attempt) ^ u64::from(std::process::id()));
+    let ms = base / 2 + jitter % (base + 1);
+    sleep(Duration::from_millis(ms)).await;
+}
+
+/// The result of [`MapStore::update`].
+#[derive(Clone, Debug)]
+pub struct Updated {
+    /// The map as committed (its epoch is the new one) or, if the closure
+    /// reported no change, as read.
+    pub map: ClusterMap,
+    /// Whether anything was written.
+    pub committed: bool,
+}
+
+/// A map as read, with what [`MapStore::update`] needs to write it back.
+struct Loaded {
+    map: ClusterMap,
+    /// Relative key → stored value, for every map key except `alive/`.
+    raw: BTreeMap<String, Vec<u8>>,
+    /// Mod revision of the `epoch` key (0 if it does not exist yet).
+    epoch_mod_revision: i64,
+    /// etcd revision the read saw.
+    revision: i64,
+}
+
+/// The cluster map of one cluster in etcd. Cheap to clone (one shared
+/// connection); every method is safe to call concurrently.
+#[derive(Clone)]
+pub struct MapStore {
+    client: Client,
+    cluster: String,
+    prefix: String,
+    endpoints: String,
+}
+
+impl std::fmt::Debug for MapStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MapStore")
+            .field("cluster", &self.cluster)
+            .field("endpoints", &self.endpoints)
+            .finish_non_exhaustive()
+    }
+}
+
+impl MapStore {
+    /// Connects to etcd at `endpoints` (`host:port` or `http://host:port`)
+    /// for the cluster named `cluster`, and checks that etcd answers within
+    /// [`CONNECT_TIMEOUT`]: an unreachable etcd is reported here, not at
+    /// the first operation.
+    pub async fn connect(endpoints: &[String], cluster: &str) -> Result<Self, ClusterError> {
+        if !is_valid_name(cluster) {
+            return Err(ClusterError::InvalidArgument(format!(
+                "cluster name {cluster:?} must be 1-{} characters of [A-Za-z0-9._-]",
+                crate::MAX_NAME_LEN
+            )));
+        }
+        if endpoints.is_empty() {
+            return Err(ClusterError::InvalidArgument(
+                "no etcd endpoints given".into(),
+            ));
+        }
+        let joined = endpoints.join(",");
+        let options = ConnectOptions::new()
+            .with_connect_timeout(CONNECT_TIMEOUT)
+            .with_keep_alive(Duration::from_secs(5), Duration::from_secs(5))
+            .with_keep_alive_while_idle(true);
+        let client = match timeout(CONNECT_TIMEOUT, Client::connect(endpoints, Some(options))).await
+        {
+            Ok(Ok(c)) => c,
+            Ok(Err(e)) => {
+                return Err(ClusterError::Unavailable(format!(
+                    "cannot connect to etcd at {joined}: {e}"
+                )));
+            }
+            Err(_) => {
+                return Err(ClusterError::Unavailable(format!(
+                    "cannot connect to etcd at {joined} within {CONNECT_TIMEOUT:?}"
+                )));
+            }
+        };
+        let store = MapStore {
+            client,
+            cluster: cluster.to_string(),
+            prefix: format!("/pontoon/{cluster}/"),
+            endpoints: joined,
+        };
+        let mut kv = store.kv();
+        match timeout(CONNECT_TIMEOUT, kv.get(store.key(EPOCH), None)).await {
+            Ok(Ok(_)) => Ok(store),
+            Ok(Err(e)) => Err(ClusterError::Unavailable(format!(
+                "etcd at {} did not answer: {e}",
+                store.endpoints
+            ))),
+            Err(_) => Err(ClusterError::Unavailable(format!(
+                "etcd at {} did not answer within {CONNECT_TIMEOUT:?}",
+                store.endpoints
+            ))),
+        }
+    }
+
+    /// The cluster's name.
+    pub fn cluster(&self) -> &str {
+        &self.cluster
+    }
+
+    /// The etcd key prefix of this cluster, `/pontoon/<cluster>/`.
+    pub fn prefix(&self) -> &str {
+        &self.prefix
+    }
+
+    /// The absolute etcd key of a relative one.
+    pub(crate) fn key(&self, rel: &str) -> String {
+        format!("{}{rel}", self.prefix)
+    }
+
+    pub(crate) fn client(&self) -> Client {
+        self.client.clone()
+    }
+
+    fn kv(&self) -> KvClient {
+        self.client
+            .kv_client()
+            .max_decoding_message_size(MAX_MESSAGE)
+    }
+
+    fn watch_client(&self) -> WatchClient {
+        self.client
+            .watch_client()
+            .max_decoding_message_size(MAX_MESSAGE)
+    }
+
+    /// Strips the prefix from an absolute key.
+    fn rel<'a>(&self, key: &'a [u8]) -> Result<&'a str, ClusterError> {
+        let key = std::str::from_utf8(key).map_err(|_| ClusterError::Corrupt {
+            key: String::from_utf8_lossy(key).into_owned(),
+            reason: "key is not UTF-8".into(),
+        })?;
+        key.strip_prefix(self.prefix.as_str())
+            .ok_or_else(|| ClusterError::Corrupt {
+                key: key.to_string(),
+                reason: "key outside the cluster prefix".into(),
+            })
+    }
+
+    /// Reads the whole map in one transaction (one etcd revision).
+    async fn load_raw(&self) -> Result<Loaded, ClusterError> {
+        let ops: Vec<TxnOp> = keys::MAP_RANGES
+            .iter()
+            .map(|r| {
+                let opts = (*r != EPOCH).then(|| GetOptions::new().with_prefix());
+                TxnOp::get(self.key(r), opts)
+            })
+            .collect();
+        let mut kv = self.kv();
+        let resp = call("load the cluster map", kv.txn(Txn::new().and_then(ops))).await?;
+        let revision = resp.header().map_or(0, |h| h.revision());
+        let mut raw = BTreeMap::new();
+        let mut alive = Vec::new();
+        let mut epoch_mod_revision = 0;
+        for op in resp.op_responses() {
+            let TxnOpResponse::Get(get) = op else {
+                continue;
+            };
+            for kv in get.kvs() {
+                let rel = self.rel(kv.key())?;
+                if rel.starts_with(keys::ALIVE) {
+                    alive.push((rel.to_string(), kv.value().to_vec()));
+                    continue;
+                }
+                if rel == EPOCH {
+                    epoch_mod_revision = kv.mod_revision();
+                }
+                raw.insert(rel.to_string(), kv.value().to_vec());
+            }
+        }
+        let map = keys::decode(
+            &self.cluster,
+            raw.iter()
+                .chain(alive.iter().map(|(k, v)| (k, v)))
+                .map(|(k, v)| (k.as_str(), v.as_slice())),
+        )?;
+        Ok(Loaded {
+            map,
+            raw,
+            epoch_mod_revision,
+            revision,
+        })
+    }
+
+    /// Reads the current map (linearizable: it includes every update
+    /// committed before the call).
+    pub async fn load(&self) -> Result<ClusterMap, ClusterError> {
+        Ok(self.load_raw().await?.map)
+    }
+
+    /// A receiver that always holds the latest map. A background task
+    /// watches the cluster prefix and reloads the map after each change to
+    /// it (bursts within 20 ms coalesce into one reload; report and leader
+    /// changes are ignored); if the watch breaks it reloads and watches
+    /// again, backing off up to 2 s between tries. The task ends when every
+    /// receiver is dropped. Must be called inside a tokio runtime.
+    pub async fn watch(&self) -> Result<watch::Receiver<Arc<ClusterMap>>, ClusterError> {
+        let loaded = self.load_raw().await?;
+        let (tx, rx) = watch::channel(Arc::new(loaded.map));
+        tokio::spawn(self.clone().watch_task(tx, loaded.revision));
+        Ok(rx)
+    }
+
+    /// Reloads and publishes the map if it differs; returns the revision read.
+    async fn republish(&self, tx: &watch::Sender<Arc<ClusterMap>>) -> Result<i64, ClusterError> {
+        let loaded = self.load_raw().await?;
+        if **tx.borrow() != loaded.map {
+            tx.send_replace(Arc::new(loaded.map));
+        }
+        Ok(loaded.revision)
+    }
+
+    async fn watch_task(self, tx: watch::Sender<Arc<ClusterMap>>, mut revision: i64) {
+        let mut pause = Duration::from_millis(50);
+        loop {
+            if tx.is_closed() {
+                return;
+            }
+            let options = WatchOptions::new()
+                .with_prefix()
+                .with_start_revision(revision + 1);
+            let mut wc = self.watch_client();
+            let stream = timeout(OP_TIMEOUT, wc.watch(self.prefix.clone(), Some(options))).await;
+            if let Ok(Ok(mut stream)) = stream {
+                loop {
+                    let msg = tokio::select! {
+                        _ = tx.closed() => return,
+                        m = stream.message() => m,
+                    };
+                    let resp = match msg {
+                        Ok(Some(resp)) => resp,
+                        Ok(None) => break,
+                        Err(e) => {
+                            tracing::debug!(cluster = %self.cluster, "map watch broke: {e}");
+                            break;
+                        }
+                    };
+                    if resp.canceled() || resp.compact_revision() > 0 {
+                        tracing::debug!(cluster = %self.cluster, reason = resp.cancel_reason(), "map watch cancelled");
+                        break;
+                    }
+                    pause = Duration::from_millis(50);
+                    let relevant = resp.events().iter().any(|ev| {
+                        ev.kv().is_some_and(|kv| {
+                            kv.mod_revision() > revision
+                                && self.rel(kv.key()).is_ok_and(keys::is_map_key)
+                        })
+                    });
+                    if !relevant {
+                        continue;
+                    }
+                    sleep(WATCH_COALESCE).await;
+                    match self.republish(&tx).await {
+                        Ok(r) => revision = r,
+                        // Keep `revision`: watching again from it replays the change.
+                        Err(e) => {
+                            tracing::warn!(cluster = %self.cluster, "map reload failed: {e}");
+                            break;
+                        }
+                    }
+                }
+            }
+            // Broken or never established: catch up, then watch again.
+            tokio::select! {
+                _ = tx.closed() => return,
+                _ = sleep(pause) => {}
+            }
+            pause = (pause * 2).min(WATCH_BACKOFF_MAX);
+            match self.republish(&tx).await {
+                Ok(r) => revision = r,
+                Err(e) => tracing::warn!(cluster = %self.cluster, "map reload failed: {e}"),
+            }
+        }
+    }
+
+    /// Changes the map atomically: reads it, applies `f`, and writes what
+    /// changed together with `epoch + 1`, committing only if nobody else
+    /// changed the map meanwhile; otherwise reads again and retries, up to
+    /// [`UPDATE_ATTEMPTS`] times ([`ClusterError::Conflict`] after that).
+    ///
+    /// `f` sees the map with `epoch` already set to the epoch the change
+    /// will commit at (so [`recompute`] can be called in it), returns
+    /// whether it changed anything (`Ok(false)` writes nothing), and may run
+    /// more than once. It may not change `alive` (owned by OSD leases),
+    /// `name` or `epoch`. Every committed update bumps the epoch.
+    pub async fn update<F, E>(&self, f: F) -> Result<Updated, E>
+    where
+        F: FnMut(&mut ClusterMap) -> Result<bool, E>,
+        E: From<ClusterError>,
+    {
+        self.update_inner(None, f).await
+    }
+
+    /// [`update`](Self::update), committed only while `leader` still holds
+    /// the manager key: a manager that lost its lease (and perhaps its
+    /// place to another) cannot overwrite the new leader's decisions. Fails
+    /// with [`ClusterError::NotLeader`] then.
+    pub async fn update_as_leader<F, E>(&self, leader: &Leadership, f: F) -> Result<Updated, E>
+    where
+        F: FnMut(&mut ClusterMap) -> Result<bool, E>,
+        E: From<ClusterError>,
+    {
+        if !leader.is_leader() {
+            return Err(ClusterError::NotLeader.into());
+        }
+        self.update_inner(Some(leader.lease_id()), f).await
+    }
+
+    async fn update_inner<F, E>(&self, leader_lease: Option<i64>, mut f: F) -> Result<Updated, E>
+    where
+        F: FnMut(&mut ClusterMap) -> Result<bool, E>,
+        E: From<ClusterError>,
+    {
+        for attempt in 1..=UPDATE_ATTEMPTS {
+            let loaded = self.load_raw().await?;
+            let next_epoch = Epoch(loaded.map.epoch.0.saturating_add(1));
+            let mut map = loaded.map.clone();
+            map.epoch = next_epoch;
+            if !f(&mut map)? {
+                return Ok(Updated {
+                    map: loaded.map,
+                    committed: false,
+                });
+            }
+            if map.alive != loaded.map.alive {
+                return Err(ClusterError::InvalidArgument(
+                    "the alive set is kept by OSD leases; an update cannot change it".into(),
+                )
+                .into());
+            }
+            if map.name != loaded.map.name || map.epoch != next_epoch {
+                return Err(ClusterError::InvalidArgument(
+                    "an update cannot change the map's name or epoch".into(),
+                )
+                .into());
+            }
+            let new = keys::encode(&map)?;
+            let mut ops = Vec::new();
+            let mut bytes = 0;
+            for (k, v) in &new {
+                if loaded.raw.get(k) != Some(v) {
+                    bytes += k.len() + v.len();
+                    ops.push(TxnOp::put(self.key(k), v.clone(), None));
+                }
+            }
+            for k in loaded.raw.keys().filter(|k| !new.contains_key(*k)) {
+                bytes += k.len();
+                ops.push(TxnOp::delete(self.key(k), None));
+            }
+            let mut when = vec![Compare::mod_revision(
+                self.key(EPOCH),
+                CompareOp::Equal,
+                loaded.epoch_mod_revision,
+            )];
+            if let Some(lease) = leader_lease {
+                when.push(Compare::lease(self.key(LEADER), CompareOp::Equal, lease));
+            }
+            let n_ops = ops.len();
+            let mut kv = self.kv();
+            let resp = match call(
+                "commit a map update",
+                kv.txn(Txn::new().when(when).and_then(ops)),
+            )
+            .await
+            {
+                Ok(r) => r,
+                Err(ClusterError::Etcd { source, .. }) if is_too_large(&source) => {
+                    return Err(ClusterError::TooLarge {
+                        keys: n_ops,
+                        bytes,
+                        reason: source.to_string(),
+                    }
+                    .into());
+                }
+                Err(e) => return Err(e.into()),
+            };
+            if resp.succeeded() {
+                return Ok(Updated {
+                    map,
+                    committed: true,
+                });
+            }
+            if let Some(lease) = leader_lease
+                && self.leader_lease().await? != Some(lease)
+            {
+                return Err(ClusterError::NotLeader.into());
+            }
+            tracing::debug!(cluster = %self.cluster, attempt, "map update conflicted; retrying");
+            backoff(attempt).await;
+        }
+        Err(ClusterError::Conflict {
+            attempts: UPDATE_ATTEMPTS,
+        }
+        .into())
+    }
+
+    /// Recomputes every PG's up and acting set from the current OSDs,
+    /// liveness and pools, committing (and bumping the epoch) only if some
+    /// PG changed. What the manager runs when an OSD's liveness changes.
+    pub async fn recompute_pgs(&self) -> Result<Updated, ClusterError> {
+        self.update::<_, ClusterError>(|m| Ok(!recompute(m)?.is_empty()))
+            .await
+    }
+
+    /// Creates a pool and its PG records. `size` replicas (1–32), writes
+    /// accepted while at least `min_size` are up, `pgs` PGs (1–65,536, fixed
+    /// for the pool's life).
+    pub async fn create_pool(
+        &self,
+        name: &str,
+        size: u32,
+        min_size: u32,
+        pgs: u32,
+        failure_domain: FailureDomain,
+    ) -> Result<PoolRecord, ClusterError> {
+        check_name("pool", name)?;
+        if !(1..=pontoon_placement::MAX_POOL_SIZE).contains(&size) {
+            return Err(ClusterError::InvalidArgument(format!(
+                "pool size {size} must be between 1 and {}",
+                pontoon_placement::MAX_POOL_SIZE
+            )));
+        }
+        if !(1..=size).contains(&min_size) {
+            return Err(ClusterError::InvalidArgument(format!(
+                "min_size {min_size} must be between 1 and the pool size {size}"
+            )));
+        }
+        if !(1..=MAX_PGS_PER_POOL).contains(&pgs) {
+            return Err(ClusterError::InvalidArgument(format!(
+                "PG count {pgs} must be between 1 and {MAX_PGS_PER_POOL}"
+            )));
+        }
+        let updated = self
+            .update::<_, ClusterError>(|m| {
+                if m.pool_by_name(name).is_some() {
+                    return Err(ClusterError::AlreadyExists {
+                        kind: "pool",
+                        name: name.to_string(),
+                    });
+                }
+                let id = m.alloc_pool_id();
+                m.pools.insert(
+                    id,
+                    PoolRecord {
+                        id,
+                        name: name.to_string(),
+                        size,
+                        min_size,
+                        pgs,
+                        failure_domain,
+                    },
+                );
+                recompute(m)?;
+                Ok(true)
+            })
+            .await?;
+        found(updated.map.pool_by_name(name), "pool", name)
+    }
+
+    /// Removes an empty pool and its PGs. Refused while any volume is in it.
+    pub async fn remove_pool(&self, name: &str) -> Result<PoolRecord, ClusterError> {
+        let mut removed = None;
+        self.update::<_, ClusterError>(|m| {
+            let pool = found(m.pool_by_name(name), "pool", name)?;
+            let users: Vec<&str> = m
+                .volumes
+                .values()
+                .filter(|v| v.pool == pool.id)
+                .map(|v| v.name.as_str())
+                .collect();
+            if let Some(first) = users.first() {
+                return Err(ClusterError::InUse {
+                    kind: "pool",
+                    name: name.to_string(),
+                    reason: format!("{} volume(s), e.g. {first}, are in it", users.len()),
+                });
+            }
+            m.pools.remove(&pool.id);
+            recompute(m)?;
+            removed = Some(pool);
+            Ok(true)
+        })
+        .await?;
+        removed.ok_or_else(|| not_found("pool", name))
+    }
+
+    /// Creates a thin volume of `size_bytes` (a positive multiple of 4096)
+    /// in the named pool, with the default 4 MiB object size.
+    pub async fn create_volume(
+        &self,
+        name: &str,
+        pool_name: &str,
+        size_bytes: u64,
+    ) -> Result<VolumeRecord, ClusterError> {
+        check_name("volume", name)?;
+        check_volume_size(size_bytes)?;
+        let updated = self
+            .update::<_, ClusterError>(|m| {
+                if m.volume_by_name(name).is_some() {
+                    return Err(ClusterError::AlreadyExists {
+                        kind: "volume",
+                        name: name.to_string(),
+                    });
+                }
+                let pool = found(m.pool_by_name(pool_name), "pool", pool_name)?.id;
+                let id = m.alloc_volume_id();
+                m.volumes.insert(
+                    id,
+                    VolumeRecord {
+                        id,
+                        name: name.to_string(),
+                        pool,
+                        size_bytes,
+                        object_size: DEFAULT_OBJECT_SIZE,
+                    },
+                );
+                Ok(true)
+            })
+            .await?;
+        found(updated.map.volume_by_name(name), "volume", name)
+    }
+
+    /// Changes a volume's size. Shrinking discards the data past the new
+    /// end, so it is refused unless `allow_shrink`.
+    pub async fn resize_volume(
+        &self,
+        name: &str,
+        size_bytes: u64,
+        allow_shrink: bool,
+    ) -> Result<VolumeRecord, ClusterError> {
+        check_volume_size(size_bytes)?;
+        let updated = self
+            .update::<_, ClusterError>(|m| {
+                let id = found(m.volume_by_name(name), "volume", name)?.id;
+                let Some(vol) = m.volumes.get_mut(&id) else {
+                    return Err(not_found("volume", name));
+                };
+                if size_bytes < vol.size_bytes && !allow_shrink {
+                    return Err(ClusterError::InvalidArgument(format!(
+                        "shrinking volume {name} from {} to {} discards data; allow shrinking explicitly",
+                        pontoon_types::format_size(vol.size_bytes),
+                        pontoon_types::format_size(size_bytes)
+                    )));
+                }
+                if vol.size_bytes == size_bytes {
+                    return Ok(false);
+                }
+                vol.size_bytes = size_bytes;
+                Ok(true)
+            })
+            .await?;
+        found(updated.map.volume_by_name(name), "volume", name)
+    }
+
+    /// Removes a volume's record. Its objects are not deleted here: that
+    /// is the OSDs' job once the volume is gone from the map.
+    pub async fn remove_volume(&self, name: &str) -> Result<VolumeRecord, ClusterError> {
+        let mut removed = None;
+        self.update::<_, ClusterError>(|m| {
+            let vol = found(m.volume_by_name(name), "volume", name)?;
+            m.volumes.remove(&vol.id);
+            removed = Some(vol);
+            Ok(true)
+        })
+        .await?;
+        removed.ok_or_else(|| not_found("volume", name))
+    }
+
+    /// Registers an OSD (or re-registers one after a restart) and returns
+    /// its id. A new OSD gets `requested_id` if given and free, else the
+    /// next unused id, and starts "in". Re-registering an existing id
+    /// updates its host, addresses (one per shard) and device size, and
+    /// keeps its weight and in/out state, which operators may have set.
+    pub async fn register_osd(
+        &self,
+        host: &str,
+        addrs: Vec<SocketAddr>,
+        weight: u64,
+        device_bytes: u64,
+        requested_id: Option<OsdId>,
+    ) -> Result<OsdId, ClusterError> {
+        check_name("host", host)?;
+        if addrs.is_empty() || addrs.len() > MAX_SHARDS {
+            return Err(ClusterError::InvalidArgument(format!(
+                "an OSD needs 1 to {MAX_SHARDS} shard addresses, not {}",
+                addrs.len()
+            )));
+        }
+        let mut id = None;
+        self.update::<_, ClusterError>(|m| {
+            match requested_id.and_then(|r| m.osds.get_mut(&r)) {
+                Some(rec) => {
+                    if rec.host == host && rec.addrs == addrs && rec.device_bytes == device_bytes {
+                        id = Some(rec.id);
+                        return Ok(false);
+                    }
+                    rec.host = host.to_string();
+                    rec.addrs.clone_from(&addrs);
+                    rec.device_bytes = device_bytes;
+                    id = Some(rec.id);
+                }
+                None => {
+                    let new = m.alloc_osd_id(requested_id);
+                    m.osds.insert(
+                        new,
+                        OsdRecord {
+                            id: new,
+                            host: host.to_string(),
+                            addrs: addrs.clone(),
+                            weight,
+                            device_bytes,
+                            in_cluster: true,
+                            down_since_unix: None,
+                        },
+                    );
+                    id = Some(new);
+                }
+            }
+            recompute(m)?;
+            Ok(true)
+        })
+        .await?;
+        id.ok_or_else(|| ClusterError::InvalidArgument("OSD registration did not run".into()))
+    }
+
+    /// Marks an OSD in (it receives PGs) or out (its PGs move elsewhere),
+    /// and recomputes the PG table.
+    pub async fn set_osd_in(&self, id: OsdId, in_cluster: bool) -> Result<(), ClusterError> {
+        self.update::<_, ClusterError>(|m| {
+            let Some(rec) = m.osds.get_mut(&id) else {
+                return Err(not_found("osd", &id.to_string()));
+            };
+            if rec.in_cluster == in_cluster {
+                return Ok(false);
+            }
+            rec.in_cluster = in_cluster;
+            recompute(m)?;
+            Ok(true)
+        })
+        .await?;
+        Ok(())
+    }
+
+    /// Sets an OSD's placement weight (0 drains it) and recomputes the PG table.
+    pub async fn set_osd_weight(&self, id: OsdId, weight: u64) -> Result<(), ClusterError> {
+        self.update::<_, ClusterError>(|m| {
+            let Some(rec) = m.osds.get_mut(&id) else {
+                return Err(not_found("osd", &id.to_string()));
+            };
+            if rec.weight == weight {
+                return Ok(false);
+            }
+            rec.weight = weight;
+            recompute(m)?;
+            Ok(true)
+        })
+        .await?;
+        Ok(())
+    }
+
+    /// Stores an OSD's latest report (`reports/<osd>`), replacing the
+    /// previous one. Does not touch the map or its epoch.
+    pub async fn put_report(&self, report: &OsdReport) -> Result<(), ClusterError> {
+        let key = keys::report_key(report.osd);
+        let value = serde_json::to_vec(report).map_err(|e| ClusterError::Corrupt {
+            key: key.clone(),
+            reason: format!("cannot encode: {e}"),
+        })?;
+        let mut kv = self.kv();
+        call("store an OSD report", kv.put(self.key(&key), value, None)).await?;
+        Ok(())
+    }
+
+    /// Every OSD's latest report, by OSD id. A report that cannot be
+    /// decoded is skipped with a warning rather than hiding all the others.
+    pub async fn reports(&self) -> Result<Vec<OsdReport>, ClusterError> {
+        let mut kv = self.kv();
+        let resp = call(
+            "read OSD reports",
+            kv.get(
+                self.key(keys::REPORTS),
+                Some(GetOptions::new().with_prefix()),
+            ),
+        )
+        .await?;
+        let mut out = Vec::new();
+        for kv in resp.kvs() {
+            match serde_json::from_slice::<OsdReport>(kv.value()) {
+                Ok(r) => out.push(r),
+                Err(e) => tracing::warn!(
+                    key = %String::from_utf8_lossy(kv.key()),
+                    "skipping undecodable OSD report: {e}"
+                ),
+            }
+        }
+        out.sort_by_key(|r| r.osd);
+        Ok(out)
+    }
+
+    /// The name of the active manager, if one holds the leader key.
+    pub async fn leader(&self) -> Result<Option<String>, ClusterError> {
+        let mut kv = self.kv();
+        let resp = call("read the manager leader", kv.get(self.key(LEADER), None)).await?;
+        Ok(resp
+            .kvs()
+            .first()
+            .map(|kv| String::from_utf8_lossy(kv.value()).into_owned()))
+    }
+
+    /// The lease holding the leader key, if any.
+    async fn leader_lease(&self) -> Result<Option<i64>, ClusterError> {
+        let mut kv = self.kv();
+        let resp = call("read the manager leader", kv.get(self.key(LEADER), None)).await?;
+        Ok(resp.kvs().first().map(|kv| kv.lease()))
+    }
+}
+
+/// Whether etcd refused a transaction for its size or operation count.
+fn is_too_large(e: &etcd_client::Error) -> bool {
+    let msg = e.to_string();
+    msg.contains("too large") || msg.contains("too many operations")
+}
+
+fn not_found(kind: &'static str, name: &str) -> ClusterError {
+    ClusterError::NotFound {
+        kind,
+        name: name.to_string(),
+    }
+}
+
+fn found<T: Clone>(v: Option<&T>, kind: &'static str, name: &str) -> Result<T, ClusterError> {
+    v.cloned().ok_or_else(|| not_found(kind, name))
+}
+
+fn check_name(kind: &str, name: &str) -> Result<(), ClusterError> {
+    if is_valid_name(name) {
+        Ok(())
+    } else {
+        Err(ClusterError::InvalidArgument(format!(
+            "{kind} name {name:?} must be 1-{} characters of [A-Za-z0-9._-]",
+            crate::MAX_NAME_LEN
+        )))
+    }
+}
+
+fn check_volume_size(size_bytes: u64) -> Result<(), ClusterError> {
+    if size_bytes == 0 || !size_bytes.is_multiple_of(BLOCK_SIZE_U64) {
+        return Err(ClusterError::InvalidArgument(format!(
+            "volume size {size_bytes} must be a positive multiple of {BLOCK_SIZE_U64} bytes"
+        )));
+    }
+    Ok(())
+}

@@ -1,0 +1,772 @@
+//! The cluster map's records: what etcd stores under the cluster prefix, one
+//! JSON value per key, and the [`ClusterMap`] they load into.
+//!
+//! The id newtypes of `pontoon-types` carry no serde derives (that crate
+//! depends on nothing), so the records name their encodings with the small
+//! `#[serde(with = ...)]` modules in [`ids`]: an id is its bare number, a PG
+//! id is `{"pool": p, "index": i}`.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+use std::net::SocketAddr;
+use std::str::FromStr;
+
+use pontoon_types::{Epoch, ObjectId, OsdId, PgId, PoolId, VolumeId};
+use serde::{Deserialize, Serialize};
+
+/// Default object size of a new volume: 4 MiB, the unit of placement and
+/// recovery (see DESIGN.md, "Data path").
+pub const DEFAULT_OBJECT_SIZE: u64 = 4 << 20;
+
+/// The largest PG count a pool may have. Object → PG is `hash % pgs`, so the
+/// count is fixed at creation; the bound keeps the PG table (and the etcd
+/// transaction that writes it) finite.
+pub const MAX_PGS_PER_POOL: u32 = 65_536;
+
+/// The longest pool, volume or host name accepted, in bytes.
+pub const MAX_NAME_LEN: usize = 128;
+
+/// serde encodings for the `pontoon-types` ids, which have no serde derives
+/// of their own.
+pub mod ids {
+    /// Declares a `with` module for a `u32`/`u64` newtype and one for a `Vec` of it.
+    macro_rules! newtype_serde {
+        ($single:ident, $vec:ident, $ty:ident, $raw:ty) => {
+            #[doc = concat!("Encodes a `pontoon_types::", stringify!($ty), "` as its bare number.")]
+            pub mod $single {
+                use serde::{Deserialize, Deserializer, Serializer};
+
+                /// serde `with` hook: writes the bare number.
+                pub fn serialize<S: Serializer>(
+                    v: &pontoon_types::$ty,
+                    s: S,
+                ) -> Result<S::Ok, S::Error> {
+                    serde::Serialize::serialize(&v.0, s)
+                }
+
+                /// serde `with` hook: reads the bare number.
+                pub fn deserialize<'de, D: Deserializer<'de>>(
+                    d: D,
+                ) -> Result<pontoon_types::$ty, D::Error> {
+                    <$raw>::deserialize(d).map(pontoon_types::$ty)
+                }
+            }
+
+            #[doc = concat!("Encodes a `Vec<", stringify!($ty), ">` as an array of bare numbers.")]
+            pub mod $vec {
+                use serde::{Deserialize, Deserializer, Serializer};
+
+                /// serde `with` hook: writes an array of bare numbers.
+                pub fn serialize<S: Serializer>(
+                    v: &[pontoon_types::$ty],
+                    s: S,
+                ) -> Result<S::Ok, S::Error> {
+                    s.collect_seq(v.iter().map(|x| x.0))
+                }
+
+                /// serde `with` hook: reads an array of bare numbers.
+                pub fn deserialize<'de, D: Deserializer<'de>>(
+                    d: D,
+                ) -> Result<Vec<pontoon_types::$ty>, D::Error> {
+                    Vec::<$raw>::deserialize(d)
+                        .map(|raw| raw.into_iter().map(pontoon_types::$ty).collect())
+                }
+            }
+        };
+    }
+
+    newtype_serde!(osd_id, osd_ids, OsdId, u32);
+    newtype_serde!(pool_id, pool_ids, PoolId, u32);
+    newtype_serde!(volume_id, volume_ids, VolumeId, u64);
+    newtype_serde!(epoch, epochs, Epoch, u64);
+
+    /// Encodes a [`PgId`](pontoon_types::PgId) as `{"pool": p, "index": i}`.
+    pub mod pg_id {
+        use pontoon_types::PgId;
+        use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+        #[derive(Serialize, Deserialize)]
+        struct Repr {
+            pool: u32,
+            index: u32,
+        }
+
+        /// serde `with` hook: writes `{"pool": p, "index": i}`.
+        pub fn serialize<S: Serializer>(v: &PgId, s: S) -> Result<S::Ok, S::Error> {
+            Repr {
+                pool: v.pool.0,
+                index: v.index,
+            }
+            .serialize(s)
+        }
+
+        /// serde `with` hook: reads `{"pool": p, "index": i}`.
+        pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<PgId, D::Error> {
+            Repr::deserialize(d).map(|r| PgId::new(r.pool, r.index))
+        }
+    }
+}
+
+/// One OSD (one data device) as the cluster knows it. Key `osds/<id>`.
+///
+/// Written by `register_osd` when the OSD daemon starts, and by operators
+/// (in/out, weight). Whether the OSD is *running* is not here: that is the
+/// `alive/<id>` key, held by the OSD's lease (see [`ClusterMap::alive`]).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OsdRecord {
+    /// The OSD's id, also the key suffix.
+    #[serde(with = "ids::osd_id")]
+    pub id: OsdId,
+    /// The host the OSD runs on: the unit of the `host` failure domain.
+    pub host: String,
+    /// One listening address per shard; index = shard number. A PG is
+    /// served by shard `pg.index % addrs.len()` (see [`ClusterMap::addr_of`]).
+    pub addrs: Vec<SocketAddr>,
+    /// Placement weight, by convention MiB of capacity. 0 receives no PGs.
+    pub weight: u64,
+    /// Size of the data device in bytes, for capacity accounting.
+    pub device_bytes: u64,
+    /// "in" (true) or "out": an out OSD is given no PGs, and its data is
+    /// re-replicated elsewhere. Down OSDs stay in until the manager (or an
+    /// operator) marks them out.
+    pub in_cluster: bool,
+    /// When the manager first saw the OSD's liveness key gone (Unix
+    /// seconds); `None` while it is alive. Drives the down → out timer.
+    #[serde(default)]
+    pub down_since_unix: Option<u64>,
+}
+
+/// Which unit two replicas of one PG may never share. Key field of
+/// [`PoolRecord`]; encoded as `"osd"` / `"host"`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum FailureDomain {
+    /// Replicas on distinct OSDs, possibly on the same host (test clusters).
+    Osd,
+    /// Replicas on distinct hosts: a host failure loses at most one replica.
+    Host,
+}
+
+impl From<FailureDomain> for pontoon_placement::FailureDomain {
+    fn from(d: FailureDomain) -> Self {
+        match d {
+            FailureDomain::Osd => pontoon_placement::FailureDomain::Osd,
+            FailureDomain::Host => pontoon_placement::FailureDomain::Host,
+        }
+    }
+}
+
+impl fmt::Display for FailureDomain {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            FailureDomain::Osd => "osd",
+            FailureDomain::Host => "host",
+        })
+    }
+}
+
+impl FromStr for FailureDomain {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "osd" => Ok(FailureDomain::Osd),
+            "host" => Ok(FailureDomain::Host),
+            other => Err(format!(
+                "unknown failure domain {other:?} (expected osd or host)"
+            )),
+        }
+    }
+}
+
+/// A pool: a replication policy and a fixed number of PGs. Key `pools/<id>`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PoolRecord {
+    /// The pool's id, never reused.
+    #[serde(with = "ids::pool_id")]
+    pub id: PoolId,
+    /// Unique, human-chosen name (`[A-Za-z0-9._-]+`).
+    pub name: String,
+    /// Replicas per object (`1..=32`).
+    pub size: u32,
+    /// Fewest acting members with which a PG still accepts writes.
+    pub min_size: u32,
+    /// Number of PGs, fixed at creation (objects hash into them modulo it).
+    pub pgs: u32,
+    /// The unit no two replicas of a PG may share.
+    pub failure_domain: FailureDomain,
+}
+
+impl PoolRecord {
+    /// The placement rule this pool gives `pontoon-placement`.
+    pub fn rule(&self) -> pontoon_placement::PoolRule {
+        pontoon_placement::PoolRule {
+            pool: self.id,
+            size: self.size,
+            failure_domain: self.failure_domain.into(),
+        }
+    }
+}
+
+/// A thin-provisioned volume: `size_bytes / object_size` objects (rounded up)
+/// in one pool. Key `volumes/<id>`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct VolumeRecord {
+    /// The volume's id, never reused (object ids embed it).
+    #[serde(with = "ids::volume_id")]
+    pub id: VolumeId,
+    /// Unique, human-chosen name (`[A-Za-z0-9._-]+`).
+    pub name: String,
+    /// The pool holding the volume's objects.
+    #[serde(with = "ids::pool_id")]
+    pub pool: PoolId,
+    /// Logical size in bytes, a multiple of 4096.
+    pub size_bytes: u64,
+    /// Bytes per object (default [`DEFAULT_OBJECT_SIZE`]); fixed at creation.
+    pub object_size: u64,
+}
+
+impl VolumeRecord {
+    /// Number of objects covering the volume (the last may be partial).
+    pub fn object_count(&self) -> u64 {
+        if self.object_size == 0 {
+            return 0;
+        }
+        self.size_bytes.div_ceil(self.object_size)
+    }
+}
+
+/// An earlier acting set of a PG that may hold writes the current one lacks.
+/// Peering must hear from at least one member of each before serving I/O.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PastInterval {
+    /// Epoch at which that acting set took over.
+    #[serde(with = "ids::epoch")]
+    pub interval: Epoch,
+    /// The acting set during the interval (first was primary).
+    #[serde(with = "ids::osd_ids")]
+    pub acting: Vec<OsdId>,
+}
+
+/// The placement of one PG, as the manager computed it. Stored in chunks of
+/// consecutive PGs under `pgs/<pool>/<first index>` (see the crate docs).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PgRecord {
+    /// The PG.
+    #[serde(with = "ids::pg_id")]
+    pub pg: PgId,
+    /// Where placement puts the PG over the OSDs that are in (with weight),
+    /// best first, ignoring liveness.
+    #[serde(with = "ids::osd_ids")]
+    pub up: Vec<OsdId>,
+    /// `up` filtered to alive OSDs, same order: the OSDs serving the PG.
+    /// The first is the primary; empty means nobody serves it.
+    #[serde(with = "ids::osd_ids")]
+    pub acting: Vec<OsdId>,
+    /// Epoch at which `acting` last changed: the interval writes are
+    /// stamped with, and what peering is keyed on.
+    #[serde(with = "ids::epoch")]
+    pub interval: Epoch,
+    /// Earlier non-empty acting sets since the PG was last clean, oldest
+    /// first. Trimmed only when the primary reports the PG clean in its
+    /// current interval.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub past_intervals: Vec<PastInterval>,
+}
+
+impl PgRecord {
+    /// The primary: first of the acting set, if any member is alive.
+    pub fn primary(&self) -> Option<OsdId> {
+        self.acting.first().copied()
+    }
+}
+
+/// A PG's state as its primary (or a replica) reports it. Each state says
+/// what is true of the PG's data and whether it serves I/O.
+///
+/// Encoded (serde and `Display`) the way operators know from Ceph:
+/// `"active+clean"`, `"active+degraded"`, …
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum PgState {
+    /// The primary is gathering versions from current and past acting
+    /// sets; no I/O is served until that ends.
+    Peering,
+    /// Peering is done and I/O is served; the report does not (yet) say
+    /// whether every copy is complete.
+    Active,
+    /// Serving I/O with a full acting set (`size` members) all holding
+    /// every object: the only state in which past intervals may be trimmed.
+    ActiveClean,
+    /// Serving I/O with fewer than `size` members (but at least
+    /// `min_size`); nothing to copy to them until they return or are replaced.
+    Degraded,
+    /// Serving I/O while copying missing or stale objects to members.
+    Recovering,
+    /// Peering could not hear from any member of some past interval, so
+    /// the newest data may be unknown: I/O blocks rather than return stale data.
+    Incomplete,
+    /// Not serving I/O: fewer than `min_size` members, or no primary.
+    Inactive,
+}
+
+impl PgState {
+    /// Every state, in declaration order (for status tables and tests).
+    pub const ALL: [PgState; 7] = [
+        PgState::Peering,
+        PgState::Active,
+        PgState::ActiveClean,
+        PgState::Degraded,
+        PgState::Recovering,
+        PgState::Incomplete,
+        PgState::Inactive,
+    ];
+
+    /// The operator-facing name, e.g. `"active+clean"`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PgState::Peering => "peering",
+            PgState::Active => "active",
+            PgState::ActiveClean => "active+clean",
+            PgState::Degraded => "active+degraded",
+            PgState::Recovering => "active+recovering",
+            PgState::Incomplete => "incomplete",
+            PgState::Inactive => "inactive",
+        }
+    }
+
+    /// Whether a PG in this state serves client I/O.
+    pub fn serves_io(self) -> bool {
+        matches!(
+            self,
+            PgState::Active | PgState::ActiveClean | PgState::Degraded | PgState::Recovering
+        )
+    }
+}
+
+impl fmt::Display for PgState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for PgState {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let s = s.trim();
+        if let Some(state) = PgState::ALL.into_iter().find(|st| st.as_str() == s) {
+            return Ok(state);
+        }
+        // Short forms accepted on input.
+        match s {
+            "clean" => Ok(PgState::ActiveClean),
+            "degraded" => Ok(PgState::Degraded),
+            "recovering" => Ok(PgState::Recovering),
+            _ => Err(format!("unknown PG state {s:?}")),
+        }
+    }
+}
+
+impl Serialize for PgState {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
+}
+
+impl<'de> Deserialize<'de> for PgState {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        s.parse().map_err(serde::de::Error::custom)
+    }
+}
+
+/// One PG as an OSD reports it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PgReport {
+    /// The PG.
+    #[serde(with = "ids::pg_id")]
+    pub pg: PgId,
+    /// The interval the reporter is serving the PG in; a report from an
+    /// older interval than the map's is stale.
+    #[serde(with = "ids::epoch")]
+    pub interval: Epoch,
+    /// The PG's state.
+    pub state: PgState,
+    /// Objects the PG holds.
+    pub objects: u64,
+    /// Objects with fewer than `size` up-to-date copies.
+    pub degraded_objects: u64,
+    /// Objects whose authoritative version is not on the primary.
+    pub missing_objects: u64,
+    /// Objects recovered so far in this interval.
+    pub recovered_objects: u64,
+}
+
+/// What one OSD reports periodically to the manager. Key `reports/<osd>`;
+/// not part of [`ClusterMap`] (reports change often and do not move data).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OsdReport {
+    /// The reporting OSD.
+    #[serde(with = "ids::osd_id")]
+    pub osd: OsdId,
+    /// The map epoch the OSD had when it reported.
+    #[serde(with = "ids::epoch")]
+    pub epoch: Epoch,
+    /// The PGs the OSD serves (as primary or replica).
+    pub pgs: Vec<PgReport>,
+    /// Bytes in use on the device.
+    pub used_bytes: u64,
+    /// Usable bytes of the device.
+    pub capacity_bytes: u64,
+}
+
+/// The id counters (`next/osd`, `next/pool`, `next/volume`): the smallest id
+/// never handed out of each kind. Ids are never reused, so a removed volume's
+/// objects can never be mistaken for a new volume's.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NextIds {
+    /// Next OSD id.
+    pub osd: u32,
+    /// Next pool id.
+    pub pool: u32,
+    /// Next volume id.
+    pub volume: u64,
+}
+
+/// The whole cluster map at one epoch: everything clients and OSDs need to
+/// route I/O, loaded from etcd in one consistent read.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ClusterMap {
+    /// The cluster's name (the etcd key prefix is `/pontoon/<name>/`).
+    pub name: String,
+    /// Bumped by every committed change to the map (see the crate docs).
+    pub epoch: Epoch,
+    /// Registered OSDs.
+    pub osds: BTreeMap<OsdId, OsdRecord>,
+    /// OSDs whose liveness lease is held right now (`alive/<id>`). Changes
+    /// here do not bump the epoch by themselves: the manager reacts by
+    /// recomputing acting sets, and that change bumps it.
+    pub alive: BTreeSet<OsdId>,
+    /// Pools by id.
+    pub pools: BTreeMap<PoolId, PoolRecord>,
+    /// Volumes by id.
+    pub volumes: BTreeMap<VolumeId, VolumeRecord>,
+    /// Every PG of every pool.
+    pub pgs: BTreeMap<PgId, PgRecord>,
+    /// Id counters.
+    pub next: NextIds,
+}
+
+impl ClusterMap {
+    /// An empty map (epoch 0) for the named cluster.
+    pub fn new(name: impl Into<String>) -> Self {
+        Self {
+            name: name.into(),
+            ..Self::default()
+        }
+    }
+
+    /// The volume called `name`.
+    pub fn volume_by_name(&self, name: &str) -> Option<&VolumeRecord> {
+        self.volumes.values().find(|v| v.name == name)
+    }
+
+    /// The pool called `name`.
+    pub fn pool_by_name(&self, name: &str) -> Option<&PoolRecord> {
+        self.pools.values().find(|p| p.name == name)
+    }
+
+    /// The PG of `pool` an object with placement hash `object_hash` lives
+    /// in: `hash % pgs`. `None` if the pool does not exist (or has no PGs).
+    pub fn pg_of(&self, pool: PoolId, object_hash: u64) -> Option<PgId> {
+        let pgs = self.pools.get(&pool)?.pgs;
+        if pgs == 0 {
+            return None;
+        }
+        // The remainder is below `pgs`, a u32.
+        let index = (object_hash % u64::from(pgs)) as u32;
+        Some(PgId { pool, index })
+    }
+
+    /// The PG holding `object`, looked up through its volume's pool.
+    pub fn pg_of_object(&self, object: &ObjectId) -> Option<PgId> {
+        let volume = self.volumes.get(&object.volume)?;
+        self.pg_of(volume.pool, object.placement_hash())
+    }
+
+    /// The primary OSD of `pg`, if the PG exists and has a live member.
+    pub fn primary(&self, pg: PgId) -> Option<OsdId> {
+        self.pgs.get(&pg)?.primary()
+    }
+
+    /// The address of the shard of `osd` that serves `pg`:
+    /// `addrs[pg.index % addrs.len()]`.
+    pub fn addr_of(&self, osd: OsdId, pg: PgId) -> Option<SocketAddr> {
+        let addrs = &self.osds.get(&osd)?.addrs;
+        if addrs.is_empty() {
+            return None;
+        }
+        addrs.get(pg.index as usize % addrs.len()).copied()
+    }
+
+    /// Whether `osd` holds its liveness lease.
+    pub fn is_alive(&self, osd: OsdId) -> bool {
+        self.alive.contains(&osd)
+    }
+
+    /// Hands out the next OSD id (at least `at_least`), advancing the counter.
+    pub fn alloc_osd_id(&mut self, at_least: Option<OsdId>) -> OsdId {
+        let id = at_least.map_or(self.next.osd, |a| a.0.max(self.next.osd));
+        let id = self
+            .osds
+            .keys()
+            .next_back()
+            .map_or(id, |m| id.max(m.0.saturating_add(1)));
+        self.next.osd = id.saturating_add(1);
+        OsdId(id)
+    }
+
+    /// Hands out the next pool id, advancing the counter.
+    pub fn alloc_pool_id(&mut self) -> PoolId {
+        let id = self.pools.keys().next_back().map_or(self.next.pool, |m| {
+            self.next.pool.max(m.0.saturating_add(1))
+        });
+        self.next.pool = id.saturating_add(1);
+        PoolId(id)
+    }
+
+    /// Hands out the next volume id, advancing the counter.
+    pub fn alloc_volume_id(&mut self) -> VolumeId {
+        let id = self
+            .volumes
+            .keys()
+            .next_back()
+            .map_or(self.next.volume, |m| {
+                self.next.volume.max(m.0.saturating_add(1))
+            });
+        self.next.volume = id.saturating_add(1);
+        VolumeId(id)
+    }
+}
+
+/// The JSON form of a whole [`ClusterMap`] (for status output and
+/// debugging; etcd stores the records one per key instead).
+#[derive(Serialize, Deserialize)]
+struct ClusterMapRepr {
+    name: String,
+    #[serde(with = "ids::epoch")]
+    epoch: Epoch,
+    osds: Vec<OsdRecord>,
+    #[serde(with = "ids::osd_ids")]
+    alive: Vec<OsdId>,
+    pools: Vec<PoolRecord>,
+    volumes: Vec<VolumeRecord>,
+    pgs: Vec<PgRecord>,
+    #[serde(default)]
+    next: NextIds,
+}
+
+impl Serialize for ClusterMap {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        ClusterMapRepr {
+            name: self.name.clone(),
+            epoch: self.epoch,
+            osds: self.osds.values().cloned().collect(),
+            alive: self.alive.iter().copied().collect(),
+            pools: self.pools.values().cloned().collect(),
+            volumes: self.volumes.values().cloned().collect(),
+            pgs: self.pgs.values().cloned().collect(),
+            next: self.next,
+        }
+        .serialize(s)
+    }
+}
+
+impl<'de> Deserialize<'de> for ClusterMap {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let r = ClusterMapRepr::deserialize(d)?;
+        Ok(ClusterMap {
+            name: r.name,
+            epoch: r.epoch,
+            osds: r.osds.into_iter().map(|o| (o.id, o)).collect(),
+            alive: r.alive.into_iter().collect(),
+            pools: r.pools.into_iter().map(|p| (p.id, p)).collect(),
+            volumes: r.volumes.into_iter().map(|v| (v.id, v)).collect(),
+            pgs: r.pgs.into_iter().map(|p| (p.pg, p)).collect(),
+            next: r.next,
+        })
+    }
+}
+
+/// Whether `name` is acceptable for a pool, volume or cluster: 1 to
+/// [`MAX_NAME_LEN`] bytes of `[A-Za-z0-9._-]`. Such names are safe in etcd
+/// keys, file names and command lines.
+pub fn is_valid_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= MAX_NAME_LEN
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample_map() -> ClusterMap {
+        let mut m = ClusterMap::new("c1");
+        m.epoch = Epoch(7);
+        m.osds.insert(
+            OsdId(3),
+            OsdRecord {
+                id: OsdId(3),
+                host: "h1".into(),
+                addrs: vec![
+                    "127.0.0.1:7000".parse().unwrap(),
+                    "127.0.0.1:7001".parse().unwrap(),
+                ],
+                weight: 1024,
+                device_bytes: 1 << 30,
+                in_cluster: true,
+                down_since_unix: None,
+            },
+        );
+        m.alive.insert(OsdId(3));
+        m.pools.insert(
+            PoolId(1),
+            PoolRecord {
+                id: PoolId(1),
+                name: "rbd".into(),
+                size: 3,
+                min_size: 2,
+                pgs: 8,
+                failure_domain: FailureDomain::Host,
+            },
+        );
+        m.volumes.insert(
+            VolumeId(5),
+            VolumeRecord {
+                id: VolumeId(5),
+                name: "vm1".into(),
+                pool: PoolId(1),
+                size_bytes: 10 << 20,
+                object_size: DEFAULT_OBJECT_SIZE,
+            },
+        );
+        m.pgs.insert(
+            PgId::new(1, 3),
+            PgRecord {
+                pg: PgId::new(1, 3),
+                up: vec![OsdId(3)],
+                acting: vec![OsdId(3)],
+                interval: Epoch(6),
+                past_intervals: vec![PastInterval {
+                    interval: Epoch(2),
+                    acting: vec![OsdId(1), OsdId(3)],
+                }],
+            },
+        );
+        m
+    }
+
+    #[test]
+    fn records_round_trip_through_json_with_bare_ids() {
+        let m = sample_map();
+        let osd = serde_json::to_string(&m.osds[&OsdId(3)]).unwrap();
+        assert!(osd.starts_with(r#"{"id":3,"host":"h1""#), "{osd}");
+        let pg = serde_json::to_string(&m.pgs[&PgId::new(1, 3)]).unwrap();
+        assert!(pg.contains(r#""pg":{"pool":1,"index":3}"#), "{pg}");
+        assert!(pg.contains(r#""acting":[3]"#), "{pg}");
+        let pool = serde_json::to_string(&m.pools[&PoolId(1)]).unwrap();
+        assert!(pool.contains(r#""failure_domain":"host""#), "{pool}");
+
+        let whole = serde_json::to_string(&m).unwrap();
+        let back: ClusterMap = serde_json::from_str(&whole).unwrap();
+        assert_eq!(back, m);
+    }
+
+    #[test]
+    fn pg_state_encodes_as_operators_know_it() {
+        assert_eq!(PgState::ActiveClean.to_string(), "active+clean");
+        assert_eq!(
+            serde_json::to_string(&PgState::Degraded).unwrap(),
+            r#""active+degraded""#
+        );
+        for st in PgState::ALL {
+            let json = serde_json::to_string(&st).unwrap();
+            assert_eq!(serde_json::from_str::<PgState>(&json).unwrap(), st);
+            assert_eq!(st.as_str().parse::<PgState>().unwrap(), st);
+        }
+        assert_eq!("degraded".parse::<PgState>().unwrap(), PgState::Degraded);
+        assert!("bogus".parse::<PgState>().is_err());
+        assert!(serde_json::from_str::<PgState>(r#""active+bogus""#).is_err());
+    }
+
+    #[test]
+    fn report_round_trips() {
+        let r = OsdReport {
+            osd: OsdId(2),
+            epoch: Epoch(9),
+            pgs: vec![PgReport {
+                pg: PgId::new(1, 0),
+                interval: Epoch(8),
+                state: PgState::Recovering,
+                objects: 10,
+                degraded_objects: 2,
+                missing_objects: 1,
+                recovered_objects: 4,
+            }],
+            used_bytes: 100,
+            capacity_bytes: 1000,
+        };
+        let json = serde_json::to_string(&r).unwrap();
+        assert!(json.contains(r#""state":"active+recovering""#), "{json}");
+        assert_eq!(serde_json::from_str::<OsdReport>(&json).unwrap(), r);
+    }
+
+    #[test]
+    fn lookups_route_objects_to_primary_shards() {
+        let m = sample_map();
+        assert_eq!(m.pool_by_name("rbd").map(|p| p.id), Some(PoolId(1)));
+        assert_eq!(m.volume_by_name("vm1").map(|v| v.id), Some(VolumeId(5)));
+        assert!(m.volume_by_name("nope").is_none());
+        assert_eq!(m.pg_of(PoolId(1), 11), Some(PgId::new(1, 3)));
+        assert_eq!(m.pg_of(PoolId(9), 11), None);
+        let obj = ObjectId::new(5, 42);
+        let pg = m.pg_of_object(&obj).unwrap();
+        assert_eq!(pg.index as u64, obj.placement_hash() % 8);
+        assert_eq!(m.primary(PgId::new(1, 3)), Some(OsdId(3)));
+        assert_eq!(m.primary(PgId::new(1, 4)), None);
+        assert_eq!(
+            m.addr_of(OsdId(3), PgId::new(1, 3)),
+            Some("127.0.0.1:7001".parse().unwrap())
+        );
+        assert_eq!(
+            m.addr_of(OsdId(3), PgId::new(1, 4)),
+            Some("127.0.0.1:7000".parse().unwrap())
+        );
+        assert_eq!(m.addr_of(OsdId(4), PgId::new(1, 4)), None);
+        assert_eq!(m.volumes[&VolumeId(5)].object_count(), 3);
+    }
+
+    #[test]
+    fn ids_are_never_reused() {
+        let mut m = sample_map();
+        assert_eq!(m.alloc_volume_id(), VolumeId(6));
+        m.volumes.clear();
+        assert_eq!(m.alloc_volume_id(), VolumeId(7));
+        assert_eq!(m.alloc_pool_id(), PoolId(2));
+        assert_eq!(m.alloc_osd_id(None), OsdId(4));
+        assert_eq!(m.alloc_osd_id(Some(OsdId(10))), OsdId(10));
+        assert_eq!(m.alloc_osd_id(None), OsdId(11));
+    }
+
+    #[test]
+    fn names_are_restricted_to_safe_characters() {
+        assert!(is_valid_name("rbd.ssd-1_a"));
+        assert!(!is_valid_name(""));
+        assert!(!is_valid_name("a/b"));
+        assert!(!is_valid_name("a b"));
+        assert!(!is_valid_name(&"x".repeat(MAX_NAME_LEN + 1)));
+    }
+}
