@@ -16,7 +16,7 @@ use tracing::{debug, trace};
 
 use crate::budget::Budget;
 use crate::wire::{
-    FrameReader, Hold, OutData, OutQueue, ReadError, encode_frame, shutdown, write_frame,
+    FrameReader, Hold, OutData, OutQueue, ReadError, encode_frame, shutdown, within, write_frame,
     write_frames,
 };
 use crate::{Limits, NetError};
@@ -136,9 +136,9 @@ impl RpcConn {
         timeout: Duration,
         limits: Limits,
     ) -> Result<Rc<RpcConn>, NetError> {
-        let (stream, reader) = compio::time::timeout(timeout, handshake(addr, role))
+        let (stream, reader) = within(Some(timeout), handshake(addr, role))
             .await
-            .map_err(|_| NetError::Timeout)??;
+            .ok_or(NetError::Timeout)??;
         let queue = Rc::new(OutQueue::default());
         let inner = Rc::new(Inner {
             stream: stream.clone(),
@@ -151,7 +151,7 @@ impl RpcConn {
         let writer = {
             let inner = inner.clone();
             compio::runtime::spawn(async move {
-                if let Err(e) = write_frames(stream, queue).await {
+                if let Err(e) = write_frames(stream, queue, None).await {
                     debug!(%addr, "writing requests failed: {e}");
                 }
                 inner.fail();
@@ -206,9 +206,9 @@ impl RpcConn {
         data: Option<OutData<'_>>,
         timeout: Duration,
     ) -> Result<Answer, CallError> {
-        match compio::time::timeout(timeout, self.call_inner(msg, data)).await {
-            Ok(r) => r,
-            Err(_) => Err(CallError::Sent(NetError::Timeout)),
+        match within(Some(timeout), self.call_inner(msg, data)).await {
+            Some(r) => r,
+            None => Err(CallError::Sent(NetError::Timeout)),
         }
     }
 

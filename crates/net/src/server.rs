@@ -28,8 +28,8 @@ use tracing::{debug, warn};
 
 use crate::budget::{Budget, Permit};
 use crate::wire::{
-    FrameReader, Hold, OutData, OutQueue, Outgoing, ReadError, encode_frame, shutdown, write_frame,
-    write_frames,
+    FrameReader, Hold, OutData, OutQueue, Outgoing, ReadError, encode_frame, shutdown, within,
+    write_frame, write_frames,
 };
 use crate::{Frame, Limits};
 
@@ -170,22 +170,29 @@ pub async fn serve_conn<H: Handler>(stream: TcpStream, handler: Rc<H>, limits: L
     };
     let mut reader = FrameReader::new(stream.clone());
 
-    let hello = compio::time::timeout(limits.hello_timeout, hello(&mut reader, stream.clone()));
+    let hello = within(
+        Some(limits.hello_timeout),
+        hello(&mut reader, stream.clone()),
+    );
     let peer = match hello.await {
-        Err(_) => return debug!(?addr, "no hello in time; closing"),
-        Ok(Err(why)) => {
+        None => return debug!(?addr, "no hello in time; closing"),
+        Some(Err(why)) => {
             debug!(?addr, "hello failed: {why}; closing");
             if why.answered {
                 linger(&mut reader, &stream).await;
             }
             return;
         }
-        Ok(Ok(role)) => role,
+        Some(Ok(role)) => role,
     };
     debug!(?addr, ?peer, "hello");
 
     reader.set_idle_timeout(limits.idle_timeout);
-    let writer = compio::runtime::spawn(write_frames(stream.clone(), queue.clone()));
+    let writer = compio::runtime::spawn(write_frames(
+        stream.clone(),
+        queue.clone(),
+        limits.idle_timeout,
+    ));
     let budget = Budget::new(limits.max_in_flight, limits.max_buffered_bytes);
     let conn = Rc::new(Conn {
         handler,
@@ -228,7 +235,7 @@ pub async fn serve_conn<H: Handler>(stream: TcpStream, handler: Rc<H>, limits: L
 /// sends for a short while, then return (the caller closes).
 async fn linger(reader: &mut FrameReader, stream: &TcpStream) {
     let _ = socket2::SockRef::from(stream).shutdown(std::net::Shutdown::Write);
-    let _ = compio::time::timeout(LINGER, reader.drain(LINGER_BYTES)).await;
+    let _ = within(Some(LINGER), reader.drain(LINGER_BYTES)).await;
 }
 
 /// Why the hello exchange failed.
@@ -320,6 +327,9 @@ async fn read_requests<H: Handler>(
                 async move { Ok(acquire.await) }
             })
             .await;
+        if conn.queue.is_dead() {
+            return End::Io(io::Error::other("the reply writer failed"));
+        }
         let (hdr, msg, data, permit) = match next {
             Ok(Some(f)) => f,
             Ok(None) => return End::Eof,

@@ -10,7 +10,7 @@ use std::io;
 use std::net::Shutdown;
 use std::rc::Rc;
 use std::task::{Poll, Waker};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use compio::BufResult;
 use compio::buf::{IntoInner, IoBuf};
@@ -41,6 +41,16 @@ fn broken() -> io::Error {
 
 fn timed_out() -> io::Error {
     io::Error::new(io::ErrorKind::TimedOut, "no data from the peer in time")
+}
+
+/// Runs `fut` for at most `limit` (`None`: no limit; a limit too far in
+/// the future to represent is no limit either). `None` when time ran out
+/// (`fut` is then dropped).
+pub(crate) async fn within<F: Future>(limit: Option<Duration>, fut: F) -> Option<F::Output> {
+    match limit.filter(|d| Instant::now().checked_add(*d).is_some()) {
+        Some(d) => compio::time::timeout(d, fut).await.ok(),
+        None => Some(fut.await),
+    }
 }
 
 /// Shuts the socket down in both directions (wakes any pending receive on
@@ -124,15 +134,11 @@ impl FrameReader {
         let mut result = Ok(true);
         while buf.len() < n {
             let len = buf.len();
-            let read = self.stream.read(buf.slice(len..));
-            let BufResult(res, slice) = match self.idle {
-                None => read.await,
-                // The buffer went with the cancelled read: `self.buf` stays
-                // `None`, so the reader is marked broken.
-                Some(t) => compio::time::timeout(t, read)
-                    .await
-                    .map_err(|_| timed_out())?,
-            };
+            // On timeout the buffer goes with the cancelled read: `self.buf`
+            // stays `None`, so the reader is marked broken.
+            let BufResult(res, slice) = within(self.idle, self.stream.read(buf.slice(len..)))
+                .await
+                .ok_or_else(timed_out)?;
             buf = slice.into_inner();
             match res {
                 Ok(0) if buf.is_empty() => {
@@ -202,16 +208,10 @@ impl FrameReader {
             }
             dst.set_len(take);
             let read = self.stream.read_exact(dst.slice(take..len));
-            let BufResult(res, slice) = match self.idle {
-                None => read.await,
-                Some(t) => match compio::time::timeout(t, read).await {
-                    Ok(r) => r,
-                    Err(_) => {
-                        // Part of the data may have been consumed: out of sync.
-                        self.buf = None;
-                        return Err(timed_out());
-                    }
-                },
+            let Some(BufResult(res, slice)) = within(self.idle, read).await else {
+                // Part of the data may have been consumed: out of sync.
+                self.buf = None;
+                return Err(timed_out());
             };
             dst = slice.into_inner();
             res?;
@@ -486,6 +486,11 @@ impl OutQueue {
         }
     }
 
+    /// True once the connection can no longer write.
+    pub(crate) fn is_dead(&self) -> bool {
+        self.state.borrow().dead
+    }
+
     fn try_next(&self) -> Option<Outgoing> {
         let mut st = self.state.borrow_mut();
         if st.dead {
@@ -514,9 +519,14 @@ impl OutQueue {
 
 /// Writes queued frames to `stream` until the queue is closed and empty
 /// (or killed), batching whatever is ready into one vectored write. On a
-/// socket error the queue is killed, the socket shut down (so the reader
-/// wakes up) and the error returned.
-pub(crate) async fn write_frames(mut stream: TcpStream, queue: Rc<OutQueue>) -> io::Result<()> {
+/// socket error, or a write that does not complete within `stall` (the
+/// peer stopped reading), the queue is killed, the socket shut down (so the
+/// reader wakes up) and the error returned.
+pub(crate) async fn write_frames(
+    mut stream: TcpStream,
+    queue: Rc<OutQueue>,
+    stall: Option<Duration>,
+) -> io::Result<()> {
     while let Some(first) = queue.next().await {
         let mut iov: Vec<OutBuf> = Vec::new();
         let mut bytes = 0usize;
@@ -540,8 +550,13 @@ pub(crate) async fn write_frames(mut stream: TcpStream, queue: Rc<OutQueue>) -> 
                 next = queue.try_next();
             }
         }
-        let BufResult(res, iov) = stream.write_vectored_all(iov).await;
-        drop(iov);
+        let res = match within(stall, stream.write_vectored_all(iov)).await {
+            Some(BufResult(res, _iov)) => res,
+            None => Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                "the peer did not take our data in time",
+            )),
+        };
         drop(done);
         if let Err(e) = res {
             queue.kill();

@@ -344,3 +344,38 @@ proptest! {
         compio::runtime::Runtime::new().unwrap().block_on(feed(hello, bytes));
     }
 }
+
+#[compio::test]
+async fn a_peer_that_stops_reading_is_disconnected() {
+    let limits = Limits {
+        idle_timeout: Some(Duration::from_millis(200)),
+        ..Limits::default()
+    };
+    let (addr, _server) = start(Rc::new(Echo::default()), limits).await;
+    let good = RpcConn::connect(addr, Role::Client, SECOND).await.unwrap();
+    // Ask for 200 MiB of answers and read none of them.
+    let mut c = Raw::connect(addr).await;
+    let mut reqs = Vec::new();
+    for i in 0..200 {
+        reqs.extend(msg_bytes(i, &read_req(i, 0, 1 << 20), &[]));
+    }
+    c.send(&reqs).await;
+    compio::time::sleep(Duration::from_millis(800)).await;
+    // The good connection idled out meanwhile; a new one works.
+    assert!(good.is_closed());
+    let good = RpcConn::connect(addr, Role::Client, SECOND).await.unwrap();
+    assert_healthy(&good).await;
+    // Whatever was sent before the server gave up, then the end.
+    let t = std::time::Instant::now();
+    let mut answers = 0;
+    while let Some((_, m, d)) = c.read_frame_or_end().await {
+        assert!(matches!(m, Message::Reply(r) if r.status == Status::Ok));
+        assert_eq!(d.len(), 1 << 20);
+        answers += 1;
+    }
+    assert!(answers < 200, "the server never gave up");
+    assert!(t.elapsed() < 3 * SECOND);
+    // A timeout too large to represent means no timeout.
+    let r = good.call(&slow_req(1), None, Duration::MAX).await.unwrap();
+    assert_eq!(r.0, Message::Reply(Reply::ok(Version::new(0, 1))));
+}

@@ -247,6 +247,17 @@ impl Raw {
         Some((h, m, data))
     }
 
+    /// Reads one frame; `None` on end of stream, a reset, or a frame cut
+    /// short by either.
+    pub async fn read_frame_or_end(&mut self) -> Option<(FrameHeader, Message, Vec<u8>)> {
+        let raw = self.read_n(HEADER_LEN).await?;
+        let h = FrameHeader::decode(&raw.try_into().unwrap()).expect("server header");
+        let meta = self.read_n(h.meta_len as usize).await?;
+        let data = self.read_n(h.data_len as usize).await?;
+        let m = Message::decode(h.msg_type, &meta).expect("server message");
+        Some((h, m, data))
+    }
+
     /// Expects a `Malformed` reply for `req_id`.
     pub async fn expect_malformed(&mut self, req_id: u64) -> String {
         let (h, m, _) = self.read_frame().await.expect("a malformed reply");
