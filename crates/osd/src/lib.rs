@@ -16,6 +16,7 @@
 //! deterministic simulator can run it unchanged.
 
 mod client_ops;
+pub mod daemon;
 pub mod locks;
 pub mod map;
 pub mod peering;
@@ -23,6 +24,9 @@ pub mod peers;
 pub mod pg;
 mod replica;
 pub mod shard;
+#[doc(hidden)]
+pub mod testkit;
+pub mod view;
 
 pub use map::{PastInterval, PgEntry, PoolParams, ShardMap, pg_for};
 pub use peers::{NetPeers, PeerError, Peers};

@@ -4,109 +4,19 @@
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::rc::Rc;
-use std::sync::mpsc as std_mpsc;
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use futures::StreamExt;
-use futures::channel::mpsc;
 use pontoon_buf::AlignedBuf;
-use pontoon_net::{Limits, RpcConn};
-use pontoon_osd::{NetPeers, PastInterval, PgEntry, PgStatus, PoolParams, Shard, ShardMap, pg_for};
+use pontoon_net::RpcConn;
+use pontoon_osd::testkit::TestOsd;
+use pontoon_osd::{PastInterval, PgEntry, PgStatus, PoolParams, ShardMap, pg_for};
 use pontoon_proto::{Message, ReadReq, Role, Status, Target, WriteReq};
-use pontoon_store::{FileDevice, FormatOptions, Store};
 use pontoon_types::{Epoch, ObjectId, OsdId, PgId, PoolId, Version};
 
 const POOL: PoolId = PoolId(1);
 const VOLUME: u64 = 5;
 const PGS: u32 = 8;
-
-enum Cmd {
-    Map(ShardMap),
-    Status(std_mpsc::Sender<Vec<PgStatus>>),
-    Stop,
-}
-
-/// One OSD with one shard, on its own thread.
-struct TestOsd {
-    addr: SocketAddr,
-    tx: mpsc::UnboundedSender<Cmd>,
-    thread: Option<JoinHandle<()>>,
-}
-
-impl TestOsd {
-    fn start(id: u32, path: PathBuf, format: bool) -> TestOsd {
-        let (tx, mut rx) = mpsc::unbounded::<Cmd>();
-        let (addr_tx, addr_rx) = std_mpsc::channel();
-        let thread = std::thread::spawn(move || {
-            let rt = compio::runtime::Runtime::new().expect("io_uring runtime");
-            rt.block_on(async move {
-                if format {
-                    FileDevice::create_file(&path, 256 << 20).unwrap();
-                    let dev = FileDevice::open(&path).unwrap();
-                    Store::format(&dev, None, &FormatOptions::default())
-                        .await
-                        .unwrap();
-                }
-                let dev = FileDevice::open(&path).unwrap();
-                let (store, bg) = Store::open(dev, None, 0).await.unwrap();
-                compio::runtime::spawn(bg).detach();
-                let me = OsdId(id);
-                let shard = Shard::new(me, 0, 1, store.clone(), NetPeers::new(me));
-                let listener = compio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-                addr_tx.send(listener.local_addr().unwrap()).unwrap();
-                let server = compio::runtime::spawn(pontoon_net::serve(
-                    listener,
-                    shard.clone(),
-                    Limits::default(),
-                ));
-                while let Some(cmd) = rx.next().await {
-                    match cmd {
-                        Cmd::Map(m) => {
-                            let m = Rc::new(m);
-                            shard.peers().set_map(m.clone());
-                            shard.apply_map(m);
-                        }
-                        Cmd::Status(reply) => {
-                            let _ = reply.send(shard.pg_status());
-                        }
-                        Cmd::Stop => break,
-                    }
-                }
-                drop(server);
-                shard.peers().close_all();
-                let _ = store.close().await;
-            });
-        });
-        let addr = addr_rx
-            .recv_timeout(Duration::from_secs(10))
-            .expect("osd started");
-        TestOsd {
-            addr,
-            tx,
-            thread: Some(thread),
-        }
-    }
-
-    fn map(&self, m: &ShardMap) {
-        let _ = self.tx.unbounded_send(Cmd::Map(m.clone()));
-    }
-
-    fn status(&self) -> Vec<PgStatus> {
-        let (tx, rx) = std_mpsc::channel();
-        self.tx.unbounded_send(Cmd::Status(tx)).unwrap();
-        rx.recv_timeout(Duration::from_secs(10)).unwrap()
-    }
-
-    fn stop(mut self) {
-        let _ = self.tx.unbounded_send(Cmd::Stop);
-        if let Some(t) = self.thread.take() {
-            t.join().unwrap();
-        }
-    }
-}
 
 /// A map with every PG on `acting` rotated by PG index, and `past` intervals.
 fn make_map(
@@ -321,9 +231,9 @@ fn wait_all_clean(osds: &[&TestOsd], what: &str) {
 fn replicated_writes_survive_a_member_leaving_and_returning() {
     let dir = tempfile::tempdir().unwrap();
     let path = |i: u32| dir.path().join(format!("osd{i}.img"));
-    let o0 = TestOsd::start(0, path(0), true);
-    let o1 = TestOsd::start(1, path(1), true);
-    let o2 = TestOsd::start(2, path(2), true);
+    let o0 = TestOsd::start(0, path(0), Some(256 << 20));
+    let o1 = TestOsd::start(1, path(1), Some(256 << 20));
+    let o2 = TestOsd::start(2, path(2), Some(256 << 20));
     let mut addrs: BTreeMap<u32, SocketAddr> = [(0, o0.addr), (1, o1.addr), (2, o2.addr)]
         .into_iter()
         .collect();
@@ -395,7 +305,7 @@ fn replicated_writes_survive_a_member_leaving_and_returning() {
 
     // Interval 3: osd 2 is back with its old data; peering finds what it
     // missed and recovery brings it level.
-    let o2 = TestOsd::start(2, path(2), false);
+    let o2 = TestOsd::start(2, path(2), None);
     addrs.insert(2, o2.addr);
     let m3 = make_map(3, &addrs, |i| {
         let full = rotate(&all, i);
@@ -444,8 +354,8 @@ fn replicated_writes_survive_a_member_leaving_and_returning() {
 #[test]
 fn a_pg_that_cannot_hear_from_a_past_interval_is_incomplete_and_serves_nothing() {
     let dir = tempfile::tempdir().unwrap();
-    let o0 = TestOsd::start(0, dir.path().join("a.img"), true);
-    let o1 = TestOsd::start(1, dir.path().join("b.img"), true);
+    let o0 = TestOsd::start(0, dir.path().join("a.img"), Some(256 << 20));
+    let o1 = TestOsd::start(1, dir.path().join("b.img"), Some(256 << 20));
     let addrs: BTreeMap<u32, SocketAddr> = [(0, o0.addr), (1, o1.addr)].into_iter().collect();
     // Interval 5's members, osds 7 and 8, are gone for good and never
     // answered: the new interval on 0 and 1 must not serve.

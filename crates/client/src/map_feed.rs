@@ -1,0 +1,157 @@
+//! The cluster map, shared by every data-path thread of a process without a
+//! lock per I/O: each thread keeps its own `Arc` and only takes the lock
+//! when the published epoch moved.
+
+use std::cell::{Cell, RefCell};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use pontoon_cluster::{ClusterMap, MapStore};
+
+use crate::ClientError;
+
+/// The newest map a process has seen, published by one feeder (an etcd
+/// watch, or a test) and read by any thread.
+pub struct MapFeed {
+    epoch: AtomicU64,
+    map: Mutex<Arc<ClusterMap>>,
+    stop: AtomicBool,
+    watcher: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl MapFeed {
+    /// A feed holding `map`, updated only through [`MapFeed::publish`].
+    pub fn fixed(map: ClusterMap) -> Arc<Self> {
+        Arc::new(Self {
+            epoch: AtomicU64::new(map.epoch.0),
+            map: Mutex::new(Arc::new(map)),
+            stop: AtomicBool::new(false),
+            watcher: Mutex::new(None),
+        })
+    }
+
+    /// A feed kept current by a watch on the etcd map of cluster `name`,
+    /// from a thread of its own. Returns once the first map is loaded.
+    pub fn connect(endpoints: &[String], name: &str) -> Result<Arc<Self>, ClientError> {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| ClientError::Cluster(format!("starting the control runtime: {e}")))?;
+        let (store, mut rx) = rt
+            .block_on(async {
+                let store = MapStore::connect(endpoints, name).await?;
+                let rx = store.watch().await?;
+                Ok::<_, pontoon_cluster::ClusterError>((store, rx))
+            })
+            .map_err(|e| ClientError::Cluster(e.to_string()))?;
+        let first = rx.borrow_and_update().clone();
+        let feed = Arc::new(Self {
+            epoch: AtomicU64::new(first.epoch.0),
+            map: Mutex::new(first),
+            stop: AtomicBool::new(false),
+            watcher: Mutex::new(None),
+        });
+        let f = feed.clone();
+        let handle = std::thread::Builder::new()
+            .name("map-watch".into())
+            .spawn(move || {
+                rt.block_on(async move {
+                    let _store = store;
+                    while !f.stop.load(Ordering::Relaxed) {
+                        match tokio::time::timeout(Duration::from_millis(200), rx.changed()).await {
+                            Ok(Ok(())) => {
+                                let m = rx.borrow_and_update().clone();
+                                f.publish_arc(m);
+                            }
+                            Ok(Err(_)) => {
+                                tracing::error!("the cluster map watch ended");
+                                return;
+                            }
+                            Err(_) => {}
+                        }
+                    }
+                })
+            })
+            .map_err(|e| ClientError::Cluster(format!("starting the map watcher: {e}")))?;
+        *feed.watcher.lock().unwrap_or_else(|p| p.into_inner()) = Some(handle);
+        Ok(feed)
+    }
+
+    /// Publishes a newer map (older epochs are ignored).
+    pub fn publish(&self, map: ClusterMap) {
+        self.publish_arc(Arc::new(map));
+    }
+
+    fn publish_arc(&self, map: Arc<ClusterMap>) {
+        let mut cur = self.map.lock().unwrap_or_else(|p| p.into_inner());
+        if map.epoch >= cur.epoch {
+            self.epoch.store(map.epoch.0, Ordering::Release);
+            *cur = map;
+        }
+    }
+
+    /// The newest epoch published.
+    pub fn epoch(&self) -> u64 {
+        self.epoch.load(Ordering::Acquire)
+    }
+
+    /// The newest map (takes the lock; threads use a [`LocalMap`]).
+    pub fn current(&self) -> Arc<ClusterMap> {
+        self.map.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Stops the etcd watcher, if any.
+    pub fn shutdown(&self) {
+        self.stop.store(true, Ordering::Relaxed);
+        let h = self
+            .watcher
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
+        if let Some(h) = h {
+            let _ = h.join();
+        }
+    }
+}
+
+impl Drop for MapFeed {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+}
+
+/// One thread's cached view of a [`MapFeed`].
+pub struct LocalMap {
+    feed: Arc<MapFeed>,
+    epoch: Cell<u64>,
+    map: RefCell<Arc<ClusterMap>>,
+}
+
+impl LocalMap {
+    /// A view of `feed`.
+    pub fn new(feed: Arc<MapFeed>) -> Self {
+        let map = feed.current();
+        Self {
+            epoch: Cell::new(map.epoch.0),
+            map: RefCell::new(map),
+            feed,
+        }
+    }
+
+    /// The newest map: a load of one atomic unless the epoch moved.
+    pub fn get(&self) -> Arc<ClusterMap> {
+        if self.feed.epoch() != self.epoch.get() {
+            let m = self.feed.current();
+            self.epoch.set(m.epoch.0);
+            *self.map.borrow_mut() = m;
+        }
+        self.map.borrow().clone()
+    }
+
+    /// The feed behind this view.
+    pub fn feed(&self) -> &Arc<MapFeed> {
+        &self.feed
+    }
+}

@@ -1,0 +1,131 @@
+//! One request about one object, sent to its PG's primary and retried
+//! across map changes, peering and recovery until it succeeds, fails for
+//! good, or its deadline passes.
+
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+
+use pontoon_buf::AlignedBuf;
+use pontoon_cluster::ClusterMap;
+use pontoon_net::{ConnPool, NetError};
+use pontoon_proto::{Message, Reply, Role, Status, Target};
+use pontoon_types::ObjectId;
+
+use crate::ClientError;
+use crate::map_feed::LocalMap;
+
+/// How long one request may take, retries included.
+pub const OP_TIMEOUT: Duration = Duration::from_secs(60);
+/// How long one attempt may wait for its answer.
+const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(15);
+/// First and longest pause between attempts.
+const BACKOFF_MIN: Duration = Duration::from_millis(5);
+const BACKOFF_MAX: Duration = Duration::from_millis(500);
+
+/// What a thread's requests share: the map view and the connections.
+pub struct Transport {
+    /// The thread's map view.
+    pub map: LocalMap,
+    /// Connections to OSD shards.
+    pub conns: Rc<ConnPool>,
+}
+
+impl Transport {
+    /// A transport over `map`.
+    pub fn new(map: LocalMap) -> Rc<Self> {
+        Rc::new(Self {
+            map,
+            conns: ConnPool::new(Role::Client, Duration::from_secs(3)),
+        })
+    }
+
+    /// Sends the request `make(target)` about `oid` to its primary; retries
+    /// what is retryable. Returns the successful reply and its data.
+    pub async fn call(
+        &self,
+        oid: ObjectId,
+        make: impl Fn(Target) -> Message,
+        data: Option<&[u8]>,
+    ) -> Result<(Reply, Option<AlignedBuf>), ClientError> {
+        let deadline = Instant::now() + OP_TIMEOUT;
+        let mut backoff = BACKOFF_MIN;
+        let mut last: String;
+        loop {
+            let map = self.map.get();
+            match route(&map, oid) {
+                Ok((target, addr)) => {
+                    let msg = make(target);
+                    match self.conns.call(addr, &msg, data, ATTEMPT_TIMEOUT).await {
+                        Ok((Message::Reply(r), d)) if r.status == Status::Ok => return Ok((r, d)),
+                        Ok((Message::Reply(r), _)) if r.status.is_retryable() => {
+                            last = format!("{:?} from {addr}: {}", r.status, r.message);
+                            if matches!(r.status, Status::StaleEpoch | Status::NotPrimary) {
+                                self.wait_for_newer_map(map.epoch.0, deadline).await;
+                            }
+                        }
+                        Ok((Message::Reply(r), _)) => {
+                            return Err(ClientError::from_status(&r, oid));
+                        }
+                        Ok((m, _)) => {
+                            return Err(ClientError::Protocol(format!(
+                                "{addr} answered {:?} to a request about {oid}",
+                                m.msg_type()
+                            )));
+                        }
+                        Err(e) => {
+                            last = format!("{addr}: {e}");
+                            if !matches!(e, NetError::Timeout) {
+                                self.conns.close(addr);
+                            }
+                        }
+                    }
+                }
+                Err(why) => {
+                    last = why;
+                    self.wait_for_newer_map(map.epoch.0, deadline).await;
+                }
+            }
+            if Instant::now() >= deadline {
+                return Err(ClientError::Timeout {
+                    what: format!("object {oid}"),
+                    last,
+                });
+            }
+            compio::time::sleep(backoff).await;
+            backoff = (backoff * 2).min(BACKOFF_MAX);
+        }
+    }
+
+    /// Waits (bounded) until the feed publishes an epoch after `epoch`.
+    async fn wait_for_newer_map(&self, epoch: u64, deadline: Instant) {
+        let until = deadline.min(Instant::now() + Duration::from_secs(2));
+        while self.map.feed().epoch() <= epoch && Instant::now() < until {
+            compio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+}
+
+/// The target and primary address of `oid` in `map`.
+fn route(map: &ClusterMap, oid: ObjectId) -> Result<(Target, std::net::SocketAddr), String> {
+    let pg = map
+        .pg_of_object(&oid)
+        .ok_or_else(|| format!("volume of {oid} is not in map epoch {}", map.epoch))?;
+    let rec = map
+        .pgs
+        .get(&pg)
+        .ok_or_else(|| format!("pg {pg} is not in map epoch {}", map.epoch))?;
+    let primary = rec
+        .primary()
+        .ok_or_else(|| format!("pg {pg} has no acting OSD in epoch {}", map.epoch))?;
+    let addr = map
+        .addr_of(primary, pg)
+        .ok_or_else(|| format!("{primary} has no address in epoch {}", map.epoch))?;
+    Ok((
+        Target {
+            pg,
+            epoch: rec.interval,
+            oid,
+        },
+        addr,
+    ))
+}

@@ -1,0 +1,272 @@
+//! A volume opened by name: byte ranges split into per-object requests,
+//! sent concurrently, and reassembled.
+
+use std::rc::Rc;
+
+use futures::future::try_join_all;
+use pontoon_buf::AlignedBuf;
+use pontoon_proto::{DiscardReq, Message, ReadReq, WriteReq};
+use pontoon_types::{BLOCK_SIZE_U64, ObjectId, VolumeId};
+use pontoon_volume::{BlockVolume, Extent, VolumeError, check_io};
+
+use crate::ClientError;
+use crate::object_io::Transport;
+
+/// An open volume, for use on the thread that opened it.
+#[derive(Clone)]
+pub struct Volume {
+    transport: Rc<Transport>,
+    id: VolumeId,
+    name: String,
+    size: u64,
+    object_size: u64,
+}
+
+/// The part of an I/O that falls in one object.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Piece {
+    oid: ObjectId,
+    /// Offset within the object.
+    offset: u64,
+    len: u64,
+    /// Offset within the caller's buffer.
+    at: u64,
+}
+
+impl Volume {
+    /// Opens volume `name` in the transport's current map.
+    pub fn open(transport: Rc<Transport>, name: &str) -> Result<Self, ClientError> {
+        let map = transport.map.get();
+        let v = map
+            .volume_by_name(name)
+            .ok_or_else(|| ClientError::NotFound(name.to_string()))?;
+        Ok(Self {
+            id: v.id,
+            name: v.name.clone(),
+            size: v.size_bytes,
+            object_size: v.object_size,
+            transport,
+        })
+    }
+
+    /// The volume's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The size in bytes, as of the newest map (a resize shows up here).
+    pub fn current_size(&self) -> u64 {
+        self.transport
+            .map
+            .get()
+            .volumes
+            .get(&self.id)
+            .map_or(self.size, |v| v.size_bytes)
+    }
+
+    fn pieces(&self, offset: u64, len: u64) -> Vec<Piece> {
+        let mut out = Vec::new();
+        let mut at = 0;
+        while at < len {
+            let pos = offset + at;
+            let index = pos / self.object_size;
+            let within = pos % self.object_size;
+            let n = (self.object_size - within).min(len - at);
+            out.push(Piece {
+                oid: ObjectId::new(self.id.0, index),
+                offset: within,
+                len: n,
+                at,
+            });
+            at += n;
+        }
+        out
+    }
+
+    fn check(&self, offset: u64, len: u64) -> Result<(), ClientError> {
+        check_io(self.current_size(), offset, len)
+            .map_err(|e| ClientError::InvalidArgument(e.to_string()))
+    }
+
+    /// Reads `len` bytes at `offset` (4 KiB aligned).
+    pub async fn read_at(&self, offset: u64, len: u64) -> Result<AlignedBuf, ClientError> {
+        self.check(offset, len)?;
+        let pieces = self.pieces(offset, len);
+        let parts = try_join_all(pieces.iter().map(|p| async move {
+            let (_, data) = self
+                .transport
+                .call(
+                    p.oid,
+                    |target| {
+                        Message::Read(ReadReq {
+                            target,
+                            offset: p.offset,
+                            len: p.len as u32,
+                        })
+                    },
+                    None,
+                )
+                .await?;
+            match data {
+                Some(d) if d.len() as u64 == p.len => Ok(d),
+                other => Err(ClientError::Protocol(format!(
+                    "read of {} bytes of {} returned {} bytes",
+                    p.len,
+                    p.oid,
+                    other.map_or(0, |d| d.len())
+                ))),
+            }
+        }))
+        .await?;
+        if parts.len() == 1 {
+            return Ok(parts
+                .into_iter()
+                .next()
+                .unwrap_or_else(|| AlignedBuf::for_read(0)));
+        }
+        let mut out = AlignedBuf::with_capacity(len as usize);
+        for p in &parts {
+            out.extend_from_slice(p);
+        }
+        Ok(out)
+    }
+
+    /// Writes `data` at `offset` (4 KiB aligned); returns once every
+    /// replica of every object touched has it durable.
+    pub async fn write_at(&self, offset: u64, data: &[u8]) -> Result<(), ClientError> {
+        self.check(offset, data.len() as u64)?;
+        let pieces = self.pieces(offset, data.len() as u64);
+        try_join_all(pieces.iter().map(|p| async move {
+            let slice = &data[p.at as usize..(p.at + p.len) as usize];
+            let crc = crc32c::crc32c(slice);
+            self.transport
+                .call(
+                    p.oid,
+                    |target| {
+                        Message::Write(WriteReq {
+                            target,
+                            offset: p.offset,
+                            data_crc: crc,
+                            fua: false,
+                        })
+                    },
+                    Some(slice),
+                )
+                .await
+        }))
+        .await?;
+        Ok(())
+    }
+
+    /// Deallocates a range (4 KiB aligned): it reads back as zeros.
+    pub async fn discard_at(&self, offset: u64, len: u64) -> Result<(), ClientError> {
+        self.check(offset, len)?;
+        let pieces = self.pieces(offset, len);
+        try_join_all(pieces.iter().map(|p| {
+            self.transport.call(
+                p.oid,
+                |target| {
+                    Message::Discard(DiscardReq {
+                        target,
+                        offset: p.offset,
+                        len: p.len,
+                    })
+                },
+                None,
+            )
+        }))
+        .await?;
+        Ok(())
+    }
+
+    /// Allocated and unallocated extents covering `offset..offset+len`.
+    pub async fn allocation_at(&self, offset: u64, len: u64) -> Result<Vec<Extent>, ClientError> {
+        self.check(offset, len)?;
+        let pieces = self.pieces(offset, len);
+        let maps = try_join_all(pieces.iter().map(|p| async move {
+            let (r, _) = self
+                .transport
+                .call(p.oid, Message::Allocation, None)
+                .await?;
+            Ok::<_, ClientError>((p, r.ranges))
+        }))
+        .await?;
+        let mut out: Vec<Extent> = Vec::new();
+        let mut push = |len: u64, allocated: bool| {
+            if len == 0 {
+                return;
+            }
+            match out.last_mut() {
+                Some(e) if e.allocated == allocated => e.len += len,
+                _ => out.push(Extent { len, allocated }),
+            }
+        };
+        for (p, ranges) in maps {
+            let (start, end) = (p.offset, p.offset + p.len);
+            let mut pos = start;
+            for (o, l) in ranges {
+                let (s, e) = (o.max(start), (o + l).min(end));
+                if s >= e {
+                    continue;
+                }
+                push(s - pos, false);
+                push(e - s, true);
+                pos = e;
+            }
+            push(end - pos, false);
+        }
+        Ok(out)
+    }
+}
+
+impl BlockVolume for Volume {
+    fn size(&self) -> u64 {
+        self.current_size()
+    }
+
+    async fn read(&self, offset: u64, len: u64) -> Result<AlignedBuf, VolumeError> {
+        Ok(self.read_at(offset, len).await?)
+    }
+
+    async fn write(&self, offset: u64, data: AlignedBuf, _fua: bool) -> Result<(), VolumeError> {
+        // Every acknowledged write is already durable on every replica.
+        Ok(self.write_at(offset, &data).await?)
+    }
+
+    async fn flush(&self) -> Result<(), VolumeError> {
+        // Nothing is acknowledged before it is durable: a flush has nothing
+        // left to wait for, on this connection or any other.
+        Ok(())
+    }
+
+    async fn discard(&self, offset: u64, len: u64) -> Result<(), VolumeError> {
+        Ok(self.discard_at(offset, len).await?)
+    }
+
+    async fn write_zeroes(
+        &self,
+        offset: u64,
+        len: u64,
+        may_unmap: bool,
+    ) -> Result<(), VolumeError> {
+        if may_unmap {
+            return Ok(self.discard_at(offset, len).await?);
+        }
+        // Allocate real zeros, a bounded chunk at a time.
+        const CHUNK: u64 = 1 << 20;
+        let zeros = AlignedBuf::zeroed(CHUNK.min(len) as usize);
+        let mut at = 0;
+        while at < len {
+            let n = CHUNK.min(len - at);
+            self.write_at(offset + at, &zeros[..n as usize]).await?;
+            at += n;
+        }
+        Ok(())
+    }
+
+    async fn allocation(&self, offset: u64, len: u64) -> Result<Vec<Extent>, VolumeError> {
+        Ok(self.allocation_at(offset, len).await?)
+    }
+}
+
+const _: () = assert!(BLOCK_SIZE_U64 == 4096);

@@ -1,0 +1,47 @@
+//! Turns the etcd cluster map into the view a shard works from.
+
+use pontoon_cluster::ClusterMap;
+
+use crate::map::{PastInterval, PgEntry, PoolParams, ShardMap};
+
+/// The shard's view of `map`.
+pub fn shard_map(map: &ClusterMap) -> ShardMap {
+    let mut m = ShardMap {
+        epoch: map.epoch,
+        ..Default::default()
+    };
+    for (id, p) in &map.pools {
+        m.pools.insert(
+            *id,
+            PoolParams {
+                size: p.size,
+                min_size: p.min_size,
+                pgs: p.pgs,
+            },
+        );
+    }
+    for (id, v) in &map.volumes {
+        m.volumes.insert(id.0, v.pool);
+    }
+    for (id, o) in &map.osds {
+        m.addrs.insert(*id, o.addrs.clone());
+    }
+    for (id, pg) in &map.pgs {
+        m.pgs.insert(
+            *id,
+            PgEntry {
+                interval: pg.interval,
+                acting: pg.acting.clone(),
+                past: pg
+                    .past_intervals
+                    .iter()
+                    .map(|p| PastInterval {
+                        interval: p.interval,
+                        acting: p.acting.clone(),
+                    })
+                    .collect(),
+            },
+        );
+    }
+    m
+}
