@@ -113,7 +113,9 @@ impl<D: BlockDevice + 'static, P: Peers> Shard<D, P> {
         if !missing {
             return Ok(());
         }
-        let _slot = self.recovery.take().await;
+        // No recovery slot here: background recovery takes a slot and then
+        // an object lock, so waiting for a slot while holding a lock could
+        // deadlock; a client waiting on an object goes first anyway.
         self.recover_object(t.pg, c.generation, t.oid)
             .await
             .map_err(|why| {
