@@ -3,10 +3,10 @@
 //! client tools.
 #![allow(dead_code)]
 
+pub mod tools;
+
 use std::io::{ErrorKind, Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::path::Path;
-use std::process::{self, Output};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -122,45 +122,6 @@ pub fn prefill(v: &MemVolume, offset: u64, data: &[u8]) {
         .now_or_never()
         .expect("MemVolume completes at once")
         .expect("prefill");
-}
-
-/// Where a real client tool is, or a clear failure.
-pub fn tool(name: &str) -> process::Command {
-    let found = std::env::var_os("PATH")
-        .map(|p| std::env::split_paths(&p).any(|d| d.join(name).is_file()))
-        .unwrap_or(false);
-    assert!(
-        found,
-        "`{name}` is not installed: the NBD client tests need libnbd-bin, qemu-utils, fio \
-         (run `scripts/deps.sh test`)"
-    );
-    process::Command::new(name)
-}
-
-/// Runs a command, failing the test with its output unless it succeeds.
-pub fn run_ok(cmd: &mut process::Command) -> String {
-    let out: Output = cmd.output().expect("spawn tool");
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert!(
-        out.status.success(),
-        "{cmd:?} failed ({}):\nstdout:\n{stdout}\nstderr:\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
-    stdout
-}
-
-/// sha256 of a file, via coreutils.
-pub fn sha256(path: &Path) -> String {
-    let out = run_ok(process::Command::new("sha256sum").arg(path));
-    out.split_whitespace()
-        .next()
-        .unwrap_or_default()
-        .to_string()
-}
-
-pub fn uri(server: &ServerHandle, export: &str) -> String {
-    format!("nbd://127.0.0.1:{}/{export}", server.local_addr().port())
 }
 
 /// A hand-driven NBD client for byte-exact protocol tests.
