@@ -21,6 +21,9 @@ pub struct EtcdServer {
     child: Child,
     client_port: u16,
     log: PathBuf,
+    /// The command line, to restart the same member on the same ports.
+    bin: PathBuf,
+    args: Vec<String>,
     // Dropped after the process is killed (fields drop after `drop` runs).
     _dir: tempfile::TempDir,
 }
@@ -88,6 +91,21 @@ fn tail(path: &Path, n: usize) -> String {
     lines[lines.len().saturating_sub(n)..].join("\n")
 }
 
+/// Runs etcd with `args`, appending its output to `log`.
+fn spawn(bin: &Path, args: &[String], log: &Path) -> io::Result<Child> {
+    let log_file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(log)?;
+    Command::new(bin)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(log_file.try_clone()?)
+        .stderr(log_file)
+        .spawn()
+        .map_err(|e| io::Error::new(e.kind(), format!("cannot run {}: {e}", bin.display())))
+}
+
 impl EtcdServer {
     /// Starts a single-member etcd on free loopback ports with a temporary
     /// data directory and waits (at most [`START_TIMEOUT`]) until it is
@@ -118,53 +136,67 @@ impl EtcdServer {
         let client_url = format!("http://127.0.0.1:{client_port}");
         let peer_url = format!("http://127.0.0.1:{peer_port}");
         let log = dir.path().join("etcd.log");
-        let log_file = std::fs::File::create(&log)?;
-        let child = Command::new(bin)
-            .arg("--name=test")
-            .arg(format!("--data-dir={}", dir.path().join("data").display()))
-            .arg(format!("--listen-client-urls={client_url}"))
-            .arg(format!("--advertise-client-urls={client_url}"))
-            .arg(format!("--listen-peer-urls={peer_url}"))
-            .arg(format!("--initial-advertise-peer-urls={peer_url}"))
-            .arg(format!("--initial-cluster=test={peer_url}"))
-            .arg("--initial-cluster-state=new")
-            .arg("--logger=zap")
-            .arg("--log-outputs=stderr")
-            .arg("--log-level=warn")
-            .args(extra)
-            .stdin(Stdio::null())
-            .stdout(log_file.try_clone()?)
-            .stderr(log_file)
-            .spawn()
-            .map_err(|e| io::Error::new(e.kind(), format!("cannot run {}: {e}", bin.display())))?;
+        let mut args = vec![
+            "--name=test".to_string(),
+            format!("--data-dir={}", dir.path().join("data").display()),
+            format!("--listen-client-urls={client_url}"),
+            format!("--advertise-client-urls={client_url}"),
+            format!("--listen-peer-urls={peer_url}"),
+            format!("--initial-advertise-peer-urls={peer_url}"),
+            format!("--initial-cluster=test={peer_url}"),
+            "--initial-cluster-state=new".to_string(),
+            "--logger=zap".to_string(),
+            "--log-outputs=stderr".to_string(),
+            "--log-level=warn".to_string(),
+        ];
+        args.extend(extra.iter().map(|a| a.to_string()));
+        let child = spawn(bin, &args, &log)?;
         let mut server = EtcdServer {
             child,
             client_port,
             log,
+            bin: bin.to_path_buf(),
+            args,
             _dir: dir,
         };
+        server.wait_healthy()?;
+        Ok(server)
+    }
+
+    /// Waits (at most [`START_TIMEOUT`]) for the process to answer healthy.
+    fn wait_healthy(&mut self) -> io::Result<()> {
         let deadline = Instant::now() + START_TIMEOUT;
         loop {
-            if let Some(status) = server.child.try_wait()? {
+            if let Some(status) = self.child.try_wait()? {
                 return Err(io::Error::other(format!(
                     "etcd exited at start ({status}):\n{}",
-                    tail(&server.log, 20)
+                    tail(&self.log, 20)
                 )));
             }
-            if healthy(client_port) {
-                return Ok(server);
+            if healthy(self.client_port) {
+                return Ok(());
             }
             if Instant::now() >= deadline {
                 return Err(io::Error::new(
                     io::ErrorKind::TimedOut,
                     format!(
                         "etcd was not healthy within {START_TIMEOUT:?}:\n{}",
-                        tail(&server.log, 20)
+                        tail(&self.log, 20)
                     ),
                 ));
             }
             std::thread::sleep(Duration::from_millis(50));
         }
+    }
+
+    /// Kills etcd and starts it again on the same ports and data, as an
+    /// etcd crash and restart (or a network outage) looks to its clients.
+    /// Waits until it is healthy again.
+    pub fn restart(&mut self) -> io::Result<()> {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        self.child = spawn(&self.bin, &self.args, &self.log)?;
+        self.wait_healthy()
     }
 
     /// The client URL, e.g. `http://127.0.0.1:40123`.
