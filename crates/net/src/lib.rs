@@ -58,6 +58,41 @@
 //! side, answered with a `Reply`: `Ok`, or an error (then the server closes)
 //! when the protocol version differs. The server passes the peer's [`Role`]
 //! to every [`Handler::handle`] call.
+//!
+//! # Example
+//!
+//! ```
+//! use std::rc::Rc;
+//! use std::time::Duration;
+//!
+//! use pontoon_buf::AlignedBuf;
+//! use pontoon_net::{Frame, Handler, Limits, RpcConn, serve};
+//! use pontoon_proto::{Message, Reply, Role};
+//! use pontoon_types::Version;
+//!
+//! struct Hi;
+//!
+//! impl Handler for Hi {
+//!     async fn handle(self: Rc<Self>, _peer: Role, frame: Frame) -> (Message, Option<AlignedBuf>) {
+//!         // Echo the request's data back.
+//!         (Message::Reply(Reply::ok(Version::ZERO)), frame.data)
+//!     }
+//! }
+//!
+//! compio::runtime::Runtime::new().unwrap().block_on(async {
+//!     let listener = compio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+//!     let addr = listener.local_addr().unwrap();
+//!     let server = compio::runtime::spawn(serve(listener, Rc::new(Hi), Limits::default()));
+//!     let conn = RpcConn::connect(addr, Role::Client, Duration::from_secs(1)).await.unwrap();
+//!     let msg = Message::Reply(Reply::ok(Version::ZERO)); // any message will do here
+//!     let (answer, data) = conn.call(&msg, Some(b"hello"), Duration::from_secs(1)).await.unwrap();
+//!     assert_eq!(answer, Message::Reply(Reply::ok(Version::ZERO)));
+//!     assert_eq!(data.as_deref(), Some(&b"hello"[..]));
+//!     drop(server); // stops the listener and its connections
+//! });
+//! ```
+
+#![warn(missing_docs)]
 
 mod budget;
 mod client;
