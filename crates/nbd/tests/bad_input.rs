@@ -373,3 +373,68 @@ fn unknown_commands_and_flags_get_einval() {
     assert_eq!(c.read(7, 0, 10), vec![0u8; 10]);
     c.disconnect();
 }
+
+#[test]
+fn trim_zeroes_and_block_status_past_the_end_are_refused_whole() {
+    let server = serve(&[("vol", VOL)]);
+    let mut c = Raw::connect(server.local_addr());
+    c.go("vol", false);
+    let data = pattern(3, 4096);
+    assert_eq!(c.write(1, VOL - 4096, &data), 0);
+    // Trim: EINVAL. Write zeroes: ENOSPC, like a write. Neither touches
+    // the part that is inside the export.
+    c.request(Command::Trim, 0, 2, VOL - 4096, 8192);
+    assert_eq!(
+        c.read_n(SIMPLE_REPLY_LEN),
+        simple_reply_bytes(2, Errno::EINVAL)
+    );
+    c.request(Command::WriteZeroes, 0, 3, VOL - 4096, 4097);
+    assert_eq!(
+        c.read_n(SIMPLE_REPLY_LEN),
+        simple_reply_bytes(3, Errno::ENOSPC)
+    );
+    c.request(Command::Trim, 0, 4, u64::MAX - 100, 4096);
+    assert_eq!(
+        c.read_n(SIMPLE_REPLY_LEN),
+        simple_reply_bytes(4, Errno::EINVAL)
+    );
+    assert_eq!(c.read(5, VOL - 4096, 4096), data);
+    c.disconnect();
+    // Block status past the end: EINVAL, as the protocol asks, in a
+    // structured error chunk; one ending exactly at the end is fine.
+    let mut c = Raw::connect(server.local_addr());
+    c.go("vol", true);
+    for (handle, offset, len) in [(6, VOL - 4096, 4097), (7, VOL, 1)] {
+        c.request(Command::BlockStatus, 0, handle, offset, len);
+        let chunks = c.chunks(handle);
+        assert!(
+            matches!(
+                &chunks[..],
+                [ChunkPayload::Error {
+                    error: Errno::EINVAL,
+                    ..
+                }]
+            ),
+            "{chunks:?}"
+        );
+    }
+    c.request(Command::BlockStatus, 0, 8, VOL - 8192, 8192);
+    assert_eq!(
+        c.chunks(8),
+        vec![ChunkPayload::BlockStatus {
+            context_id: 1,
+            descriptors: vec![
+                BlockDescriptor {
+                    length: 4096,
+                    flags: STATE_HOLE | STATE_ZERO
+                },
+                BlockDescriptor {
+                    length: 4096,
+                    flags: 0
+                }
+            ]
+        }]
+    );
+    c.disconnect();
+    assert_server_healthy(server.local_addr());
+}
