@@ -16,15 +16,17 @@
 use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
+use std::panic::AssertUnwindSafe;
 use std::rc::Rc;
 use std::time::Duration;
 
 use compio::net::{TcpListener, TcpStream};
 use compio::runtime::JoinHandle;
+use futures::FutureExt;
 use pontoon_buf::AlignedBuf;
 use pontoon_proto::{Message, MsgType, PROTOCOL_VERSION, ProtoError, Reply, Role, Status};
 use pontoon_types::{Epoch, Version};
-use tracing::{debug, warn};
+use tracing::{debug, error, warn};
 
 use crate::budget::{Budget, Permit};
 use crate::wire::{
@@ -355,20 +357,42 @@ async fn read_requests<H: Handler>(
 
 impl<H: Handler> Conn<H> {
     /// Runs one request's handler and queues its reply.
+    ///
+    /// A handler that panics (or returns a message that cannot be encoded)
+    /// gets its request answered with `Status::Io` instead of leaving the
+    /// peer waiting for its timeout; the panic is logged.
     async fn run(self: Rc<Self>, frame: Frame, mut permit: Permit) {
         let req_id = frame.req_id;
-        let (msg, data) = self.handler.clone().handle(self.peer, frame).await;
-        if let Some(d) = &data {
+        let handled = AssertUnwindSafe(async {
+            let (msg, data) = self.handler.clone().handle(self.peer, frame).await;
             // Reply data is held until written: count it.
-            permit.grow(d.len());
-        }
-        let out = match encode_frame(req_id, &msg, data.map(OutData::Owned)) {
-            Ok(f) => Some(f),
-            Err(e) => {
+            let len = data.as_ref().map_or(0, |d| d.len());
+            (encode_frame(req_id, &msg, data.map(OutData::Owned)), len)
+        })
+        .catch_unwind()
+        .await;
+        let out = match handled {
+            Ok((Ok(f), len)) => {
+                permit.grow(len);
+                Some(f)
+            }
+            Ok((Err(e), _)) => {
                 warn!(req_id, "reply cannot be sent: {e}");
                 reply_frame(
                     req_id,
                     Reply::error(Status::Io, Epoch(0), format!("reply cannot be sent: {e}")),
+                )
+            }
+            Err(panic) => {
+                let what = panic
+                    .downcast_ref::<&str>()
+                    .map(|s| s.to_string())
+                    .or_else(|| panic.downcast_ref::<String>().cloned())
+                    .unwrap_or_default();
+                error!(req_id, "request handler panicked: {what}");
+                reply_frame(
+                    req_id,
+                    Reply::error(Status::Io, Epoch(0), "internal error handling the request"),
                 )
             }
         };

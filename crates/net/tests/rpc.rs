@@ -353,3 +353,39 @@ async fn idle_connections_are_closed_by_the_server() {
         compio::time::sleep(Duration::from_millis(10)).await;
     }
 }
+
+/// Answers every request with a full page of peering info.
+struct FullPage;
+
+impl pontoon_net::Handler for FullPage {
+    async fn handle(
+        self: Rc<Self>,
+        _peer: Role,
+        _frame: pontoon_net::Frame,
+    ) -> (Message, Option<pontoon_buf::AlignedBuf>) {
+        let o = (pontoon_types::ObjectId::new(1, 1), Version::new(1, 1));
+        let info = pontoon_proto::PeerInfo {
+            objects: vec![o; pontoon_proto::PEER_PAGE],
+            more: true,
+        };
+        (Message::PeerInfo(info), None)
+    }
+}
+
+#[compio::test]
+async fn a_reply_too_large_for_a_frame_becomes_an_error_reply() {
+    // PEER_PAGE objects of 32 bytes plus the count and the flag are 5 bytes
+    // over MAX_META: the receiver would refuse such a frame, so the server
+    // sends an error instead and the connection stays usable.
+    let (addr, _server) = start(Rc::new(FullPage), Limits::default()).await;
+    let conn = RpcConn::connect(addr, Role::Client, SECOND).await.unwrap();
+    for _ in 0..2 {
+        let (m, _) = conn.call(&slow_req(0), None, SECOND).await.unwrap();
+        match m {
+            // Debug builds trip the encoder's debug assertion (a handler
+            // panic); release builds refuse the frame. Either way: Io.
+            Message::Reply(r) => assert_eq!(r.status, Status::Io, "{}", r.message),
+            other => panic!("{other:?}"),
+        }
+    }
+}
