@@ -360,6 +360,17 @@ impl MapStore {
     /// whether it changed anything (`Ok(false)` writes nothing), and may run
     /// more than once. It may not change `alive` (owned by OSD leases),
     /// `name` or `epoch`. Every committed update bumps the epoch.
+    ///
+    /// ```no_run
+    /// # async fn f(store: pontoon_cluster::MapStore) -> Result<(), pontoon_cluster::ClusterError> {
+    /// use pontoon_cluster::{ClusterError, recompute};
+    /// // The manager, after an OSD's liveness key vanished:
+    /// let updated = store
+    ///     .update::<_, ClusterError>(|map| Ok(!recompute(map)?.is_empty()))
+    ///     .await?;
+    /// println!("now at {}", updated.map.epoch);
+    /// # Ok(()) }
+    /// ```
     pub async fn update<F, E>(&self, f: F) -> Result<Updated, E>
     where
         F: FnMut(&mut ClusterMap) -> Result<bool, E>,
@@ -795,7 +806,11 @@ impl MapStore {
 /// Whether etcd refused a transaction for its size or operation count.
 fn is_too_large(e: &etcd_client::Error) -> bool {
     let msg = e.to_string();
-    msg.contains("too large") || msg.contains("too many operations")
+    // etcd's own checks, and its gRPC server's receive limit
+    // (--max-request-bytes plus 512 KiB).
+    msg.contains("too large")
+        || msg.contains("too many operations")
+        || msg.contains("larger than max")
 }
 
 fn not_found(kind: &'static str, name: &str) -> ClusterError {

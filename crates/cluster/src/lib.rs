@@ -54,6 +54,8 @@
 //! 10,000 PGs needs its `--max-request-bytes` raised above the 1.5 MiB
 //! default, as its creation writes every PG record in one transaction.
 
+#![warn(missing_docs)]
+
 pub mod etcd;
 pub mod keys;
 pub mod lease;

@@ -514,15 +514,20 @@ impl ClusterMap {
         self.alive.contains(&osd)
     }
 
-    /// Hands out the next OSD id (at least `at_least`), advancing the counter.
-    pub fn alloc_osd_id(&mut self, at_least: Option<OsdId>) -> OsdId {
-        let id = at_least.map_or(self.next.osd, |a| a.0.max(self.next.osd));
-        let id = self
+    /// Hands out an OSD id: `requested` if given and not registered (an OSD
+    /// that knows its id from its device), else the next never-used id.
+    /// The counter moves past whatever is handed out.
+    pub fn alloc_osd_id(&mut self, requested: Option<OsdId>) -> OsdId {
+        let next = self
             .osds
             .keys()
             .next_back()
-            .map_or(id, |m| id.max(m.0.saturating_add(1)));
-        self.next.osd = id.saturating_add(1);
+            .map_or(self.next.osd, |m| self.next.osd.max(m.0.saturating_add(1)));
+        let id = match requested {
+            Some(r) if !self.osds.contains_key(&r) => r.0,
+            _ => next,
+        };
+        self.next.osd = next.max(id.saturating_add(1));
         OsdId(id)
     }
 
@@ -759,6 +764,10 @@ mod tests {
         assert_eq!(m.alloc_osd_id(None), OsdId(4));
         assert_eq!(m.alloc_osd_id(Some(OsdId(10))), OsdId(10));
         assert_eq!(m.alloc_osd_id(None), OsdId(11));
+        // A free requested id is honoured even below the counter; a taken
+        // one is not.
+        assert_eq!(m.alloc_osd_id(Some(OsdId(1))), OsdId(1));
+        assert_eq!(m.alloc_osd_id(Some(OsdId(3))), OsdId(12));
     }
 
     #[test]

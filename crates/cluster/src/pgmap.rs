@@ -90,6 +90,7 @@ pub fn recompute(map: &mut ClusterMap) -> Result<PgChanges, PgMapError> {
         .collect();
     // No OSDs, or none eligible: nothing can hold data, every set is empty.
     let placement = match PlacementMap::new(&specs) {
+        Ok(p) if p.eligible_count() == 0 => None,
         Ok(p) => Some(p),
         Err(PlacementError::EmptyCluster | PlacementError::NoEligibleOsd) => None,
         Err(e) => return Err(e.into()),
@@ -344,6 +345,24 @@ mod tests {
         let ch = recompute(&mut m).unwrap();
         assert_eq!(ch.removed.len(), 4);
         assert!(m.pgs.is_empty());
+    }
+
+    #[test]
+    fn all_osds_out_or_weightless_empties_up_sets() {
+        let mut m = cluster(3, 4, 2);
+        bump(&mut m);
+        recompute(&mut m).unwrap();
+        bump(&mut m);
+        m.osds.get_mut(&OsdId(0)).unwrap().weight = 0;
+        for o in 1..3 {
+            m.osds.get_mut(&OsdId(o)).unwrap().in_cluster = false;
+        }
+        recompute(&mut m).unwrap();
+        for rec in m.pgs.values() {
+            assert!(rec.up.is_empty() && rec.acting.is_empty());
+            assert_eq!(rec.interval, Epoch(2));
+            assert_eq!(rec.past_intervals.len(), 1);
+        }
     }
 
     #[test]

@@ -101,6 +101,15 @@ async fn pools_and_volumes_lifecycle_with_clear_errors() {
         );
     }
 
+    // Too big for one etcd transaction at etcd's default request size.
+    let err = s
+        .create_pool("huge", 3, 2, 65_536, FailureDomain::Osd)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, ClusterError::TooLarge { .. }), "{err}");
+    assert!(err.to_string().contains("--max-request-bytes"), "{err}");
+    assert!(s.load().await.unwrap().pool_by_name("huge").is_none());
+
     let vol = s.create_volume("vm1", "rbd", 1 << 30).await.unwrap();
     assert_eq!(vol.pool, pool.id);
     assert_eq!(vol.object_size, 4 << 20);
