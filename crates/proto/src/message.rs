@@ -622,8 +622,12 @@ impl Message {
     }
 }
 
-/// Most objects a peering answer carries per frame.
-pub const PEER_PAGE: usize = MAX_PEER_OBJECTS as usize;
+/// Most objects a peering answer carries per frame: 32 bytes each, so a
+/// full page stays inside [`MAX_META`] with room for the header fields.
+pub const PEER_PAGE: usize = 32_000;
+
+const _: () = assert!(PEER_PAGE * 32 + 64 <= MAX_META as usize);
+const _: () = assert!(PEER_PAGE <= MAX_PEER_OBJECTS as usize);
 
 #[cfg(test)]
 mod tests {
