@@ -1050,3 +1050,35 @@ fn volume_errors_reach_real_clients_as_errnos() {
     );
     assert!(r.stderr.contains("Input/output error"), "{}", r.report());
 }
+
+#[test]
+fn unaligned_zeroing_with_unmap_leaves_no_allocated_zero_blocks() {
+    let _shared = shared();
+    let server = standard_server(config());
+    let u = uri(&server, "small");
+    qemu_io_run(
+        &u,
+        &[
+            // qemu splits a long write-zeroes into 32 MiB requests: from an
+            // odd offset, every one starts and ends inside a block.
+            "write -z -u 5 41943040".into(),
+            // 20 bytes of data straddling 48 MiB, then zeroed again.
+            format!("write -P 0xaa {} 20", 48 * MIB - 10),
+            format!("write -z -u {} 20", 48 * MIB - 10),
+            format!("read -P 0 0 {SMALL}"),
+        ],
+    );
+    // The edge blocks hold nothing but zeros: they are holes, not
+    // allocated blocks of zeros.
+    assert_eq!(nbd_map(&u), vec![extent(0, SMALL, false)]);
+    // Without unmap (NBD_CMD_FLAG_NO_HOLE) qemu asks for allocated zeros;
+    // the bytes read as zeros either way.
+    qemu_io_run(
+        &u,
+        &[
+            format!("write -P 0xaa {} 20", 48 * MIB - 10),
+            format!("write -z {} 20", 48 * MIB - 10),
+            format!("read -P 0 {} 8192", 48 * MIB - 4096),
+        ],
+    );
+}
