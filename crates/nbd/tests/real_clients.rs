@@ -680,7 +680,9 @@ fn linux_kernel_nbd_driver_writes_trims_and_verifies() {
     }
     assert!(
         r.status.code() != Some(2),
-        "the vm-initiator harness could not set up the VM (exit 2):\n{}",
+        "the vm-initiator harness could not set up the VM (exit 2); it needs root and the \
+         Debian packages qemu-system-x86, linux-image-amd64, busybox-static, cpio, gcc and \
+         libc6-dev (`scripts/deps.sh test`):\n{}",
         r.report()
     );
     assert!(
