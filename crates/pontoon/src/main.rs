@@ -1,9 +1,22 @@
 //! `pontoon`: the one command-line binary of Pontoon, a scale-out block
 //! storage system for NVMe.
+//!
+//! Cluster commands (`pool`, `volume`, `status`, `osd start`) find the
+//! cluster through `--cluster DIR`, `--etcd URL` or the environment (see
+//! [`cluster_args`]); they print `error: ...` and exit 1 on failure (clap's
+//! usage errors exit 2).
 
+mod cluster_args;
+mod cmd_mgr;
+mod cmd_osd;
+mod cmd_pool;
+mod cmd_status;
+mod cmd_up;
+mod cmd_volume;
 mod cpu;
 mod fio;
 mod load;
+mod procs;
 mod store_bench;
 mod store_startup;
 
@@ -19,22 +32,57 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Run a whole local cluster (etcd, manager, OSDs on files) in the foreground.
+    Up(cmd_up::UpArgs),
+    /// Run or start an OSD.
+    Osd(cmd_osd::OsdArgs),
+    /// Run the manager (leader-elected) in the foreground.
+    Mgr(cmd_mgr::MgrArgs),
+    /// Create, list and remove pools.
+    Pool(cmd_pool::PoolArgs),
+    /// Create, list, inspect, resize and remove volumes.
+    Volume(cmd_volume::VolumeArgs),
+    /// Show the cluster's OSDs, PG states and recovery.
+    Status(cmd_status::StatusArgs),
+    // Front-end commands (`nbd`, ...) go here; they flatten
+    // `cluster_args::ClusterArgs` to find the cluster.
     /// Benchmark the device store against raw fio on the same filesystem.
     StoreBench(store_bench::StoreBenchArgs),
     /// Measure how long a store holding many objects takes to open.
     StoreStartup(store_startup::StoreStartupArgs),
 }
 
+/// A single-threaded tokio runtime for a command's control-plane work.
+pub(crate) fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| anyhow::anyhow!("cannot start the async runtime: {e}"))
+}
+
 fn main() {
+    let cli = Cli::parse();
+    // Daemons log what they do; one-shot commands only warnings.
+    let default_filter = match &cli.command {
+        Command::Up(_) => "warn,pontoon_mgr=info",
+        Command::Osd(_) | Command::Mgr(_) => "info",
+        _ => "warn",
+    };
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("PONTOON_LOG")
-                .unwrap_or_else(|_| "warn".into()),
+                .unwrap_or_else(|_| default_filter.into()),
         )
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
-    let cli = Cli::parse();
     let r = match cli.command {
+        Command::Up(a) => cmd_up::run(a),
+        Command::Osd(a) => cmd_osd::run(a),
+        Command::Mgr(a) => cmd_mgr::run(a),
+        Command::Pool(a) => cmd_pool::run(a),
+        Command::Volume(a) => cmd_volume::run(a),
+        Command::Status(a) => cmd_status::run(a),
         Command::StoreBench(a) => store_bench::run(a),
         Command::StoreStartup(a) => store_startup::run(a),
     };

@@ -1,0 +1,183 @@
+//! Pontoon's manager: the control daemon that turns OSD liveness into
+//! placement. One manager is active per cluster (etcd election through
+//! [`Leadership`]); others wait for it to go.
+//!
+//! The active manager runs a loop, woken by every map change (an OSD's
+//! liveness key appearing or expiring is one) and at least every
+//! [`MgrConfig::interval`]: it reads the OSDs' reports and applies
+//! [`decide`] to the map inside one [`MapStore::update_as_leader`], which
+//! commits (and bumps the epoch) only when something changed, and only
+//! while this manager still holds the leader lease. See [`decide`] for the
+//! rules: down, out after [`MgrConfig::out_after`], up and in again, acting
+//! sets recomputed, past intervals trimmed once a PG is clean.
+
+#![warn(missing_docs)]
+
+mod decide;
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use pontoon_cluster::{ClusterError, Leadership, MapStore};
+use tokio::sync::watch;
+use tokio::time::{MissedTickBehavior, sleep};
+
+pub use decide::{Decision, decide};
+
+/// How the manager runs.
+#[derive(Clone, Debug)]
+pub struct MgrConfig {
+    /// This candidate's name, stored in `mgr/leader` while it leads.
+    pub name: String,
+    /// How long an OSD may be down before it is marked out.
+    pub out_after: Duration,
+    /// TTL of the leader lease, in seconds: how long the cluster is without
+    /// a manager after the active one dies.
+    pub lease_ttl_secs: u64,
+    /// Longest pause between two passes when nothing changes.
+    pub interval: Duration,
+}
+
+/// Default time an OSD may be down before it is marked out.
+pub const DEFAULT_OUT_AFTER: Duration = Duration::from_secs(30);
+/// Default TTL of the leader lease, in seconds.
+pub const DEFAULT_LEASE_TTL_SECS: u64 = 5;
+/// Default longest pause between two passes.
+pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(1);
+/// Pause before retrying after etcd trouble.
+const RETRY_PAUSE: Duration = Duration::from_secs(1);
+
+impl MgrConfig {
+    /// A configuration with the defaults and candidate name `name`.
+    pub fn new(name: impl Into<String>) -> Self {
+        Self {
+            name: name.into(),
+            out_after: DEFAULT_OUT_AFTER,
+            lease_ttl_secs: DEFAULT_LEASE_TTL_SECS,
+            interval: DEFAULT_INTERVAL,
+        }
+    }
+}
+
+/// A manager name unique enough for this host: `<host>-<pid>`.
+pub fn default_name(host: &str) -> String {
+    format!("{host}-{}", std::process::id())
+}
+
+/// Whether `stop` says to stop (set to true, or its sender is gone).
+fn stopping(stop: &watch::Receiver<bool>) -> bool {
+    *stop.borrow() || stop.has_changed().is_err()
+}
+
+/// Waits until `stop` says to stop.
+async fn stopped(stop: &mut watch::Receiver<bool>) {
+    // Err: the sender is gone, which also means stop.
+    let _ = stop.wait_for(|s| *s).await;
+}
+
+/// Seconds since the Unix epoch (0 if the clock is before 1970).
+fn unix_now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+/// Runs the manager until `stop` turns true (or its sender is dropped):
+/// campaigns for leadership, then makes decisions while it leads, and
+/// campaigns again if it loses the lease. etcd errors are logged and
+/// retried; on stop, leadership is resigned so another manager takes over
+/// at once.
+pub async fn run(store: MapStore, cfg: MgrConfig, mut stop: watch::Receiver<bool>) {
+    while !stopping(&stop) {
+        tracing::info!(name = %cfg.name, cluster = store.cluster(), "campaigning for manager leader");
+        let leader = tokio::select! {
+            _ = stopped(&mut stop) => return,
+            r = Leadership::campaign(&store, &cfg.name, cfg.lease_ttl_secs) => r,
+        };
+        let leader = match leader {
+            Ok(l) => l,
+            Err(e) => {
+                tracing::warn!("campaign failed: {e}");
+                tokio::select! {
+                    _ = stopped(&mut stop) => return,
+                    _ = sleep(RETRY_PAUSE) => continue,
+                }
+            }
+        };
+        tracing::info!(name = %cfg.name, out_after = ?cfg.out_after, "active manager");
+        lead(&store, &cfg, &leader, &mut stop).await;
+        if let Err(e) = leader.resign().await {
+            tracing::debug!("resigning: {e}");
+        }
+    }
+}
+
+/// The decision loop of the active manager. Returns on stop or when
+/// leadership is lost.
+async fn lead(
+    store: &MapStore,
+    cfg: &MgrConfig,
+    leader: &Leadership,
+    stop: &mut watch::Receiver<bool>,
+) {
+    let mut maps = loop {
+        match store.watch().await {
+            Ok(m) => break m,
+            Err(e) => {
+                tracing::warn!("watching the map: {e}");
+                tokio::select! {
+                    _ = stopped(stop) => return,
+                    _ = sleep(RETRY_PAUSE) => {}
+                }
+            }
+        }
+        if !leader.is_leader() {
+            return;
+        }
+    };
+    let mut tick = tokio::time::interval(cfg.interval.max(Duration::from_millis(10)));
+    tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = stopped(stop) => return,
+            changed = maps.changed() => {
+                if changed.is_err() {
+                    tracing::warn!("the map watch ended");
+                    return;
+                }
+            }
+            _ = tick.tick() => {}
+        }
+        maps.borrow_and_update();
+        if !leader.is_leader() {
+            tracing::warn!(name = %cfg.name, "lost the manager lease");
+            return;
+        }
+        match pass(store, cfg, leader).await {
+            Ok(()) => {}
+            Err(ClusterError::NotLeader) => {
+                tracing::warn!(name = %cfg.name, "no longer the manager leader");
+                return;
+            }
+            Err(e) => tracing::warn!("manager pass failed: {e}"),
+        }
+    }
+}
+
+/// One pass: read the reports, decide, commit if anything changed, log.
+async fn pass(store: &MapStore, cfg: &MgrConfig, leader: &Leadership) -> Result<(), ClusterError> {
+    let reports = store.reports().await?;
+    let now = unix_now();
+    let mut decided = Vec::new();
+    let updated = store
+        .update_as_leader(leader, |m| {
+            decided = decide(m, &reports, now, cfg.out_after)?;
+            Ok::<_, ClusterError>(!decided.is_empty())
+        })
+        .await?;
+    if updated.committed {
+        for d in &decided {
+            tracing::info!(epoch = %updated.map.epoch, "{d}");
+        }
+    }
+    Ok(())
+}

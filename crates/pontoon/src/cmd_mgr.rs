@@ -1,0 +1,66 @@
+//! `pontoon mgr`: the manager daemon in the foreground.
+
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use anyhow::{Result, anyhow, bail};
+use clap::Args;
+use pontoon_cluster::MapStore;
+use pontoon_mgr::MgrConfig;
+
+use crate::cluster_args::{DEFAULT_CLUSTER_NAME, parse_duration, split_endpoints};
+use crate::cmd_osd::{local_host_name, stop_flag};
+
+/// Arguments of `pontoon mgr`.
+#[derive(Args, Debug)]
+pub struct MgrArgs {
+    /// etcd endpoint(s), comma-separated.
+    #[arg(long, value_name = "URL")]
+    etcd: String,
+    /// Cluster name (the etcd key prefix).
+    #[arg(long, value_name = "NAME", default_value = DEFAULT_CLUSTER_NAME)]
+    cluster_name: String,
+    /// How long an OSD may be down before it is marked out and its data
+    /// re-replicated elsewhere.
+    #[arg(long, value_name = "DURATION", default_value = "30s")]
+    out_after: String,
+    /// This manager's name in the election (default: host-pid).
+    #[arg(long, value_name = "NAME")]
+    name: Option<String>,
+}
+
+/// Runs `pontoon mgr` until SIGINT/SIGTERM.
+pub fn run(args: MgrArgs) -> Result<()> {
+    let out_after = parse_duration(&args.out_after).map_err(|e| anyhow!("--out-after: {e}"))?;
+    let endpoints = split_endpoints(&args.etcd)?;
+    let name = args
+        .name
+        .unwrap_or_else(|| pontoon_mgr::default_name(&local_host_name()));
+    if name.is_empty() || name.len() > pontoon_cluster::MAX_NAME_LEN {
+        bail!("--name must be 1-{} bytes", pontoon_cluster::MAX_NAME_LEN);
+    }
+    let stop = stop_flag()?;
+    crate::runtime()?.block_on(async move {
+        let store = MapStore::connect(&endpoints, &args.cluster_name).await?;
+        let mut cfg = MgrConfig::new(name);
+        cfg.out_after = out_after;
+        let (tx, rx) = tokio::sync::watch::channel(false);
+        let mut task = tokio::spawn(pontoon_mgr::run(store, cfg, rx));
+        loop {
+            tokio::select! {
+                r = &mut task => {
+                    r.map_err(|e| anyhow!("the manager task failed: {e}"))?;
+                    return Ok(());
+                }
+                _ = tokio::time::sleep(Duration::from_millis(100)) => {}
+            }
+            if stop.load(Ordering::Relaxed) {
+                let _ = tx.send(true);
+                return match tokio::time::timeout(Duration::from_secs(10), task).await {
+                    Ok(_) => Ok(()),
+                    Err(_) => Err(anyhow!("the manager did not stop within 10s")),
+                };
+            }
+        }
+    })
+}

@@ -1,0 +1,302 @@
+//! `pontoon osd run` (the OSD daemon in the foreground) and `pontoon osd
+//! start` (restart one OSD of a local cluster, detached).
+
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, anyhow, bail};
+use clap::{Args, Subcommand};
+use pontoon_osd::daemon::{OsdConfig, run as run_daemon};
+use pontoon_types::OsdId;
+
+use crate::cluster_args::{
+    ClusterArgs, ClusterFile, DEFAULT_CLUSTER_NAME, format_duration, parse_duration,
+    parse_size_arg, split_endpoints,
+};
+use crate::procs::{self, Attach, Layout};
+
+/// `pontoon osd ...`.
+#[derive(Args, Debug)]
+pub struct OsdArgs {
+    #[command(subcommand)]
+    cmd: OsdCmd,
+}
+
+#[derive(Subcommand, Debug)]
+enum OsdCmd {
+    /// Run one OSD (one data device) in the foreground until SIGINT/SIGTERM.
+    Run(OsdRunArgs),
+    /// Start a stopped OSD of a local cluster (`pontoon up`) in the
+    /// background, with the arguments `pontoon up` gives it.
+    Start(OsdStartArgs),
+}
+
+/// Arguments of `pontoon osd run`.
+#[derive(Args, Debug)]
+pub struct OsdRunArgs {
+    /// etcd endpoint(s), comma-separated, e.g. http://127.0.0.1:2379.
+    #[arg(long, value_name = "URL")]
+    etcd: String,
+    /// Cluster name (the etcd key prefix).
+    #[arg(long, value_name = "NAME", default_value = DEFAULT_CLUSTER_NAME)]
+    cluster_name: String,
+    /// Data device or file.
+    #[arg(long, value_name = "PATH")]
+    device: PathBuf,
+    /// Create the device file with this size if it does not exist (e.g. 10G).
+    #[arg(long, value_name = "SIZE")]
+    size: Option<String>,
+    /// OSD id to register as (a new id is allocated if omitted). Pass the
+    /// same id on every restart.
+    #[arg(long, value_name = "N")]
+    id: Option<u32>,
+    /// Shards (one thread each) when formatting a new device.
+    #[arg(long, value_name = "K", default_value_t = 1)]
+    shards: u32,
+    /// Address the shards listen on, as clients and other OSDs reach it.
+    #[arg(long, value_name = "IP", default_value = "127.0.0.1")]
+    listen: IpAddr,
+    /// Host name, the unit of the `host` failure domain (default: this
+    /// machine's name).
+    #[arg(long, value_name = "NAME")]
+    host: Option<String>,
+    /// Liveness lease TTL: how soon the cluster sees this OSD down after it dies.
+    #[arg(long, value_name = "DURATION", default_value = "3s")]
+    lease_ttl: String,
+}
+
+/// Arguments of `pontoon osd start`.
+#[derive(Args, Debug)]
+pub struct OsdStartArgs {
+    /// The OSD's id.
+    id: u32,
+    #[command(flatten)]
+    cluster: ClusterArgs,
+    /// Wait at most this long for the OSD to come up.
+    #[arg(long, value_name = "DURATION", default_value = "60s")]
+    timeout: String,
+}
+
+/// Runs `pontoon osd ...`.
+pub fn run(args: OsdArgs) -> Result<()> {
+    match args.cmd {
+        OsdCmd::Run(a) => osd_run(a),
+        OsdCmd::Start(a) => osd_start(a),
+    }
+}
+
+/// Most shards an OSD may be formatted with.
+pub const MAX_SHARDS: u32 = 64;
+
+/// This machine's host name, reduced to the characters cluster names allow.
+pub fn local_host_name() -> String {
+    let mut buf = [0u8; 256];
+    // SAFETY: gethostname writes at most buf.len() bytes into buf.
+    let r = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };
+    let raw = if r == 0 {
+        let end = buf.iter().position(|b| *b == 0).unwrap_or(buf.len());
+        String::from_utf8_lossy(&buf[..end]).into_owned()
+    } else {
+        String::new()
+    };
+    let clean: String = raw
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-') {
+                c
+            } else {
+                '-'
+            }
+        })
+        .take(pontoon_cluster::MAX_NAME_LEN)
+        .collect();
+    if clean.is_empty() {
+        "localhost".into()
+    } else {
+        clean
+    }
+}
+
+/// Installs SIGINT and SIGTERM handlers that set the returned flag.
+pub fn stop_flag() -> Result<Arc<AtomicBool>> {
+    let stop = Arc::new(AtomicBool::new(false));
+    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        signal_hook::flag::register(sig, stop.clone())
+            .context("cannot install a signal handler")?;
+    }
+    Ok(stop)
+}
+
+fn osd_run(a: OsdRunArgs) -> Result<()> {
+    let create_size = a
+        .size
+        .as_deref()
+        .map(|s| parse_size_arg("device size", s))
+        .transpose()?;
+    if !(1..=MAX_SHARDS).contains(&a.shards) {
+        bail!("--shards {} must be between 1 and {MAX_SHARDS}", a.shards);
+    }
+    let lease_ttl = parse_duration(&a.lease_ttl).map_err(|e| anyhow!("--lease-ttl: {e}"))?;
+    if lease_ttl < Duration::from_secs(1) {
+        bail!("--lease-ttl must be at least 1s");
+    }
+    let host = a.host.unwrap_or_else(local_host_name);
+    if !pontoon_cluster::is_valid_name(&host) {
+        bail!("host name {host:?} must be 1-128 characters of [A-Za-z0-9._-]");
+    }
+    let cfg = OsdConfig {
+        id: a.id.map(OsdId),
+        device: a.device,
+        create_size,
+        shards: a.shards,
+        listen: a.listen,
+        host,
+        etcd: split_endpoints(&a.etcd)?,
+        cluster: a.cluster_name,
+        lease_ttl,
+    };
+    let stop = stop_flag()?;
+    let id = run_daemon(cfg, stop)?;
+    tracing::info!(osd = %id, "exiting");
+    Ok(())
+}
+
+/// The `pontoon osd run` arguments of OSD `id` of the local cluster in
+/// `layout`, as `pontoon up` and `pontoon osd start` pass them.
+pub fn osd_run_args(file: &ClusterFile, layout: &Layout, id: u32) -> Vec<String> {
+    vec![
+        "osd".into(),
+        "run".into(),
+        "--etcd".into(),
+        file.etcd.clone(),
+        "--cluster-name".into(),
+        file.cluster_name.clone(),
+        "--device".into(),
+        layout.osd_device(id).to_string_lossy().into_owned(),
+        "--size".into(),
+        file.osd_size.to_string(),
+        "--id".into(),
+        id.to_string(),
+        "--shards".into(),
+        file.shards.to_string(),
+        "--listen".into(),
+        file.listen.to_string(),
+        "--host".into(),
+        file.host.clone(),
+        "--lease-ttl".into(),
+        format_duration(file.lease_ttl),
+    ]
+}
+
+/// The running `pontoon osd run` of OSD `id`, from its pid file.
+pub fn running_osd(layout: &Layout, id: u32) -> Option<u32> {
+    procs::read_pid(&layout.osd_pid(id))
+        .filter(|pid| procs::is_osd_process(*pid, &layout.osd_device(id)))
+}
+
+fn osd_start(a: OsdStartArgs) -> Result<()> {
+    let timeout = parse_duration(&a.timeout).map_err(|e| anyhow!("--timeout: {e}"))?;
+    let target = a.cluster.resolve()?;
+    let (Some(dir), Some(file)) = (target.dir.clone(), target.file.clone()) else {
+        bail!(
+            "osd start needs the local cluster's directory: pass --cluster DIR (or set PONTOON_CLUSTER)"
+        );
+    };
+    let dir = dir
+        .canonicalize()
+        .with_context(|| format!("cannot open {}", dir.display()))?;
+    let layout = Layout::new(&dir);
+    let id = a.id;
+    if !layout.osd_device(id).exists() && id >= file.osds {
+        bail!(
+            "osd.{id} is not part of the local cluster in {} (it has osd.0 to osd.{})",
+            dir.display(),
+            file.osds.saturating_sub(1)
+        );
+    }
+    if let Some(pid) = running_osd(&layout, id) {
+        bail!("osd.{id} is already running (pid {pid})");
+    }
+    let exe = std::env::current_exe().context("cannot find the pontoon binary")?;
+    let log = layout.osd_log(id);
+    let mut child = procs::spawn(
+        &exe,
+        &osd_run_args(&file, &layout, id),
+        &log,
+        Attach::Detached,
+    )?;
+    procs::write_pid(&layout.osd_pid(id), child.id())?;
+    let rt = crate::runtime()?;
+    let up = rt.block_on(wait_osd_alive(&a.cluster, id, &mut child, &log, timeout));
+    match up {
+        Ok(addrs) => {
+            println!(
+                "osd.{id} started (pid {}), listening on {addrs}; log {}",
+                child.id(),
+                log.display()
+            );
+            Ok(())
+        }
+        Err(e) => {
+            // Do not leave a half-started OSD behind.
+            if procs::alive(child.id()) {
+                procs::signal(child.id(), libc::SIGTERM);
+                if !procs::wait_child(&mut child, Duration::from_secs(10)) {
+                    procs::signal(child.id(), libc::SIGKILL);
+                    procs::wait_child(&mut child, Duration::from_secs(5));
+                }
+            }
+            let _ = std::fs::remove_file(layout.osd_pid(id));
+            Err(e)
+        }
+    }
+}
+
+/// Waits until OSD `id` holds its liveness lease; fails if `child` exits
+/// first or `timeout` passes. Returns its addresses for display.
+async fn wait_osd_alive(
+    cluster: &ClusterArgs,
+    id: u32,
+    child: &mut std::process::Child,
+    log: &Path,
+    timeout: Duration,
+) -> Result<String> {
+    let deadline = Instant::now() + timeout;
+    let (store, _) = cluster.connect().await?;
+    loop {
+        if let Ok(Some(status)) = child.try_wait() {
+            bail!(
+                "osd.{id} exited at start ({status}); last lines of {}:\n{}",
+                log.display(),
+                procs::log_tail(log, 10)
+            );
+        }
+        if let Ok(map) = store.load().await
+            && map.is_alive(OsdId(id))
+        {
+            let addrs = map
+                .osds
+                .get(&OsdId(id))
+                .map(|o| {
+                    o.addrs
+                        .iter()
+                        .map(ToString::to_string)
+                        .collect::<Vec<_>>()
+                        .join(",")
+                })
+                .unwrap_or_default();
+            return Ok(addrs);
+        }
+        if Instant::now() >= deadline {
+            bail!(
+                "osd.{id} did not come up within {}; see {}",
+                format_duration(timeout),
+                log.display()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}

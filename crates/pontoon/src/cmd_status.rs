@@ -1,0 +1,369 @@
+//! `pontoon status`: OSDs up/in, PG states and recovery, from the map and
+//! the OSDs' reports.
+//!
+//! A PG's state is what its current primary reports for the PG's current
+//! interval. A PG with no live member is `inactive`; one whose primary has
+//! not reported it in this interval (yet) is `unknown`.
+
+use std::collections::{BTreeMap, HashMap};
+
+use anyhow::Result;
+use clap::Args;
+use pontoon_cluster::{ClusterMap, OsdReport, PgReport, PgState};
+use pontoon_types::{OsdId, format_size};
+use serde::Serialize;
+
+use crate::cluster_args::ClusterArgs;
+
+/// Arguments of `pontoon status`.
+#[derive(Args, Debug)]
+pub struct StatusArgs {
+    #[command(flatten)]
+    cluster: ClusterArgs,
+    /// Print JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+/// The state name of a PG no primary has reported in its current interval.
+pub const UNKNOWN: &str = "unknown";
+
+/// The whole status, as `status --json` prints it.
+#[derive(Serialize, Debug)]
+pub struct Status {
+    /// Cluster name.
+    pub cluster: String,
+    /// Map epoch.
+    pub epoch: u64,
+    /// The active manager, if any.
+    pub manager: Option<String>,
+    /// OSD counts and list.
+    pub osds: OsdSummary,
+    /// Number of pools.
+    pub pools: usize,
+    /// Number of volumes.
+    pub volumes: usize,
+    /// PG counts by state.
+    pub pgs: PgSummary,
+    /// Object counts from the primaries' reports.
+    pub objects: ObjectSummary,
+}
+
+/// OSD counts and the OSDs.
+#[derive(Serialize, Debug)]
+pub struct OsdSummary {
+    /// Registered OSDs.
+    pub total: usize,
+    /// OSDs holding their liveness lease.
+    pub up: usize,
+    /// OSDs that receive PGs.
+    pub r#in: usize,
+    /// Every OSD.
+    pub list: Vec<OsdView>,
+}
+
+/// One OSD.
+#[derive(Serialize, Debug)]
+pub struct OsdView {
+    /// Its id number.
+    pub id: u32,
+    /// Its host.
+    pub host: String,
+    /// Its shards' addresses.
+    pub addrs: Vec<String>,
+    /// Alive.
+    pub up: bool,
+    /// In.
+    pub r#in: bool,
+    /// Placement weight.
+    pub weight: u64,
+    /// Device size.
+    pub device_bytes: u64,
+    /// Bytes used, from its last report.
+    pub used_bytes: Option<u64>,
+    /// Since when it is down (Unix seconds), if the manager noticed.
+    pub down_since_unix: Option<u64>,
+}
+
+/// PG counts.
+#[derive(Serialize, Debug)]
+pub struct PgSummary {
+    /// All PGs.
+    pub total: usize,
+    /// Count per state name (`active+clean`, `active+degraded`, …,
+    /// `inactive`, `unknown`).
+    pub states: BTreeMap<String, usize>,
+}
+
+/// Object counts summed over the PGs' current reports.
+#[derive(Serialize, Debug, Default)]
+pub struct ObjectSummary {
+    /// Objects with fewer than `size` up-to-date copies.
+    pub degraded: u64,
+    /// Objects whose authoritative copy is missing somewhere in the acting set.
+    pub missing: u64,
+    /// Objects recovered in the PGs' current intervals.
+    pub recovered: u64,
+}
+
+/// Builds the status from a map, the reports and the manager's name.
+pub fn summarize(map: &ClusterMap, reports: &[OsdReport], manager: Option<String>) -> Status {
+    let by_osd: HashMap<OsdId, &OsdReport> = reports.iter().map(|r| (r.osd, r)).collect();
+    let pg_reports: HashMap<OsdId, HashMap<_, &PgReport>> = reports
+        .iter()
+        .map(|r| (r.osd, r.pgs.iter().map(|p| (p.pg, p)).collect()))
+        .collect();
+    let mut states: BTreeMap<String, usize> = BTreeMap::new();
+    let mut objects = ObjectSummary::default();
+    for rec in map.pgs.values() {
+        let state = match rec.primary() {
+            None => PgState::Inactive.as_str(),
+            Some(primary) => match pg_reports
+                .get(&primary)
+                .and_then(|pgs| pgs.get(&rec.pg))
+                .filter(|r| r.interval == rec.interval)
+            {
+                Some(r) => {
+                    objects.degraded += r.degraded_objects;
+                    objects.missing += r.missing_objects;
+                    objects.recovered += r.recovered_objects;
+                    r.state.as_str()
+                }
+                None => UNKNOWN,
+            },
+        };
+        *states.entry(state.to_string()).or_default() += 1;
+    }
+    let list: Vec<OsdView> = map
+        .osds
+        .values()
+        .map(|o| OsdView {
+            id: o.id.0,
+            host: o.host.clone(),
+            addrs: o.addrs.iter().map(ToString::to_string).collect(),
+            up: map.is_alive(o.id),
+            r#in: o.in_cluster,
+            weight: o.weight,
+            device_bytes: o.device_bytes,
+            used_bytes: by_osd.get(&o.id).map(|r| r.used_bytes),
+            down_since_unix: o.down_since_unix,
+        })
+        .collect();
+    Status {
+        cluster: map.name.clone(),
+        epoch: map.epoch.0,
+        manager,
+        osds: OsdSummary {
+            total: list.len(),
+            up: list.iter().filter(|o| o.up).count(),
+            r#in: list.iter().filter(|o| o.r#in).count(),
+            list,
+        },
+        pools: map.pools.len(),
+        volumes: map.volumes.len(),
+        pgs: PgSummary {
+            total: map.pgs.len(),
+            states,
+        },
+        objects,
+    }
+}
+
+/// The status as text.
+pub fn render(s: &Status) -> String {
+    let mut out = Vec::new();
+    out.push(format!(
+        "cluster {} (epoch {}), manager: {}",
+        s.cluster,
+        s.epoch,
+        s.manager.as_deref().unwrap_or("none")
+    ));
+    out.push(format!(
+        "osds: {} total, {} up, {} in",
+        s.osds.total, s.osds.up, s.osds.r#in
+    ));
+    for o in &s.osds.list {
+        let used = o
+            .used_bytes
+            .map(|u| {
+                format!(
+                    "  used {} of {}",
+                    format_size(u),
+                    format_size(o.device_bytes)
+                )
+            })
+            .unwrap_or_default();
+        out.push(format!(
+            "  osd.{:<4} {:<4} {:<3} {:<16} {}{used}",
+            o.id,
+            if o.up { "up" } else { "down" },
+            if o.r#in { "in" } else { "out" },
+            o.host,
+            o.addrs.join(","),
+        ));
+    }
+    out.push(format!("pools: {}, volumes: {}", s.pools, s.volumes));
+    out.push(format!("pgs: {}", s.pgs.total));
+    // Clean first, then the rest by name.
+    let clean = PgState::ActiveClean.as_str();
+    if let Some(n) = s.pgs.states.get(clean) {
+        out.push(format!("  {n:>6} {clean}"));
+    }
+    for (state, n) in s.pgs.states.iter().filter(|(k, _)| *k != clean) {
+        out.push(format!("  {n:>6} {state}"));
+    }
+    let o = &s.objects;
+    let mut recovery = format!(
+        "objects: {} degraded, {} missing; recovered {}",
+        o.degraded, o.missing, o.recovered
+    );
+    if o.missing > 0 {
+        let pct = 100 * o.recovered / (o.recovered + o.missing);
+        recovery.push_str(&format!(" ({pct}% of the objects to recover)"));
+    }
+    out.push(recovery);
+    out.join("\n")
+}
+
+/// Runs `pontoon status`.
+pub fn run(args: StatusArgs) -> Result<()> {
+    crate::runtime()?.block_on(async move {
+        let (store, _) = args.cluster.connect().await?;
+        let map = store.load().await?;
+        let reports = store.reports().await?;
+        let manager = store.leader().await?;
+        let status = summarize(&map, &reports, manager);
+        if args.json {
+            println!("{}", serde_json::to_string_pretty(&status)?);
+        } else {
+            println!("{}", render(&status));
+        }
+        Ok(())
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pontoon_cluster::{FailureDomain, OsdRecord, PgRecord, PoolRecord};
+    use pontoon_types::{Epoch, PgId, PoolId};
+
+    fn map() -> ClusterMap {
+        let mut m = ClusterMap::new("c");
+        m.epoch = Epoch(9);
+        for i in 0..3 {
+            m.osds.insert(
+                OsdId(i),
+                OsdRecord {
+                    id: OsdId(i),
+                    host: "h".into(),
+                    addrs: vec![format!("127.0.0.1:{}", 7000 + i).parse().unwrap()],
+                    weight: 1,
+                    device_bytes: 1 << 30,
+                    in_cluster: i != 2,
+                    down_since_unix: None,
+                },
+            );
+        }
+        m.alive.insert(OsdId(0));
+        m.alive.insert(OsdId(1));
+        m.pools.insert(
+            PoolId(1),
+            PoolRecord {
+                id: PoolId(1),
+                name: "p".into(),
+                size: 2,
+                min_size: 1,
+                pgs: 4,
+                failure_domain: FailureDomain::Osd,
+            },
+        );
+        let acting = [
+            vec![OsdId(0), OsdId(1)],
+            vec![OsdId(1)],
+            vec![],
+            vec![OsdId(0)],
+        ];
+        for (i, a) in acting.into_iter().enumerate() {
+            let pg = PgId::new(1, i as u32);
+            m.pgs.insert(
+                pg,
+                PgRecord {
+                    pg,
+                    up: a.clone(),
+                    acting: a,
+                    interval: Epoch(5),
+                    past_intervals: vec![],
+                },
+            );
+        }
+        m
+    }
+
+    fn pg(index: u32, interval: u64, state: PgState, missing: u64, recovered: u64) -> PgReport {
+        PgReport {
+            pg: PgId::new(1, index),
+            interval: Epoch(interval),
+            state,
+            objects: 0,
+            degraded_objects: missing,
+            missing_objects: missing,
+            recovered_objects: recovered,
+        }
+    }
+
+    #[test]
+    fn pg_states_come_from_the_current_primary_at_the_current_interval() {
+        let reports = vec![
+            OsdReport {
+                osd: OsdId(0),
+                epoch: Epoch(9),
+                // PG 0: clean. PG 3: a stale interval, so unknown.
+                pgs: vec![
+                    pg(0, 5, PgState::ActiveClean, 0, 0),
+                    pg(3, 4, PgState::ActiveClean, 0, 0),
+                ],
+                used_bytes: 4096,
+                capacity_bytes: 1 << 30,
+            },
+            OsdReport {
+                osd: OsdId(1),
+                epoch: Epoch(9),
+                // PG 0 from a non-primary is ignored; PG 1 recovering.
+                pgs: vec![
+                    pg(0, 5, PgState::Incomplete, 0, 0),
+                    pg(1, 5, PgState::Recovering, 3, 7),
+                ],
+                used_bytes: 0,
+                capacity_bytes: 1 << 30,
+            },
+        ];
+        let s = summarize(&map(), &reports, Some("m1".into()));
+        let states: Vec<(&str, usize)> =
+            s.pgs.states.iter().map(|(k, v)| (k.as_str(), *v)).collect();
+        assert_eq!(
+            states,
+            vec![
+                ("active+clean", 1),
+                ("active+recovering", 1),
+                ("inactive", 1),
+                ("unknown", 1)
+            ]
+        );
+        assert_eq!((s.osds.total, s.osds.up, s.osds.r#in), (3, 2, 2));
+        assert_eq!(s.objects.missing, 3);
+        assert_eq!(s.objects.recovered, 7);
+        assert_eq!(s.osds.list[0].used_bytes, Some(4096));
+        assert_eq!(s.osds.list[2].used_bytes, None);
+        let text = render(&s);
+        assert!(
+            text.starts_with("cluster c (epoch 9), manager: m1"),
+            "{text}"
+        );
+        assert!(text.contains("osd.2    down out"), "{text}");
+        assert!(text.contains("(70% of the objects to recover)"), "{text}");
+        let json = serde_json::to_value(&s).unwrap();
+        assert_eq!(json["pgs"]["states"]["active+clean"], 1);
+        assert_eq!(json["osds"]["in"], 2);
+    }
+}

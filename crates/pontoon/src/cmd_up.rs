@@ -1,0 +1,601 @@
+//! `pontoon up`: a whole local cluster in the foreground — its own etcd,
+//! a manager (in this process) and N OSD processes on device files — in
+//! one directory, brought back with its data by running it again.
+//!
+//! Layout of DIR: `cluster.toml` (written when the cluster is ready),
+//! `etcd/` (etcd's data), `osd.<id>.img` (device files), `run/*.pid`,
+//! `log/*.log`. Children get their own process group (a terminal's Ctrl-C
+//! reaches only `up`, which stops them in order: manager, OSDs, etcd) and
+//! SIGTERM if `up` dies. An OSD that dies is not restarted (so failures can
+//! be tested); `pontoon osd start <id> --cluster DIR` restarts it.
+
+use std::collections::BTreeMap;
+use std::io::{Read, Write};
+use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::Child;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, anyhow, bail};
+use clap::Args;
+use pontoon_cluster::MapStore;
+use pontoon_mgr::MgrConfig;
+use pontoon_types::{OsdId, format_size};
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use crate::cluster_args::{
+    ClusterFile, DEFAULT_CLUSTER_NAME, format_duration, parse_duration, parse_size_arg,
+    split_endpoints,
+};
+use crate::cmd_osd::{MAX_SHARDS, local_host_name, osd_run_args, running_osd, stop_flag};
+use crate::procs::{self, Attach, Layout};
+
+/// Most OSDs one local cluster runs.
+const MAX_OSDS: u32 = 256;
+/// Smallest OSD device file accepted.
+const MIN_OSD_SIZE: u64 = 64 << 20;
+/// How long etcd may take to become healthy.
+const ETCD_START: Duration = Duration::from_secs(30);
+/// How long one OSD may take to register.
+const OSD_REGISTER: Duration = Duration::from_secs(60);
+/// How long all OSDs may take to hold their leases once registered.
+const OSDS_ALIVE: Duration = Duration::from_secs(30);
+/// How long stopping processes may take before they are killed.
+const STOP_GRACE: Duration = Duration::from_secs(20);
+/// How often the foreground loop looks at its children and signals.
+const POLL: Duration = Duration::from_millis(200);
+
+/// Arguments of `pontoon up`.
+#[derive(Args, Debug)]
+pub struct UpArgs {
+    /// Directory holding the cluster (created if missing; reused with its
+    /// data when it exists).
+    #[arg(long, value_name = "DIR")]
+    dir: PathBuf,
+    /// Number of OSDs (default 3, or as last time).
+    #[arg(long, value_name = "N")]
+    osds: Option<u32>,
+    /// Size of each OSD's device file (default 1G, or as last time).
+    #[arg(long, value_name = "SIZE")]
+    osd_size: Option<String>,
+    /// Shards (threads) per OSD when formatting (default 1, or as last time).
+    #[arg(long, value_name = "K")]
+    shards: Option<u32>,
+    /// OSD liveness lease TTL (default 3s, or as last time).
+    #[arg(long, value_name = "DURATION")]
+    lease_ttl: Option<String>,
+    /// How long an OSD may be down before it is marked out and its data
+    /// re-replicated (default 30s, or as last time).
+    #[arg(long, value_name = "DURATION")]
+    out_after: Option<String>,
+    /// Cluster name (default "pontoon", or as last time).
+    #[arg(long, value_name = "NAME")]
+    name: Option<String>,
+    /// Address the OSDs listen on (default 127.0.0.1, or as last time).
+    #[arg(long, value_name = "IP")]
+    listen: Option<IpAddr>,
+}
+
+/// Runs `pontoon up`.
+pub fn run(args: UpArgs) -> Result<()> {
+    let stop = stop_flag()?;
+    std::fs::create_dir_all(&args.dir)
+        .with_context(|| format!("cannot create {}", args.dir.display()))?;
+    let dir = args
+        .dir
+        .canonicalize()
+        .with_context(|| format!("cannot open {}", args.dir.display()))?;
+    let layout = Layout::new(&dir);
+    layout.create()?;
+    if let Some(pid) = procs::read_pid(&layout.up_pid())
+        && pid != std::process::id()
+        && procs::alive(pid)
+        && procs::cmdline(pid).is_some_and(|a| a.iter().any(|x| x == "up"))
+    {
+        bail!(
+            "a cluster is already running from {} (pid {pid})",
+            dir.display()
+        );
+    }
+    let previous = match ClusterFile::path(&dir).exists() {
+        true => Some(ClusterFile::load(&dir)?),
+        false => None,
+    };
+    let settings = settings(&args, previous.as_ref())?;
+    procs::write_pid(&layout.up_pid(), std::process::id())?;
+    // cluster.toml appears again only when the cluster is ready, so a
+    // script can wait for it; restored if start-up fails.
+    if previous.is_some() {
+        std::fs::remove_file(ClusterFile::path(&dir))
+            .with_context(|| format!("cannot replace {}", ClusterFile::path(&dir).display()))?;
+    }
+    let rt = crate::runtime()?;
+    let mut cluster = Cluster {
+        layout: layout.clone(),
+        file: settings,
+        etcd: None,
+        osds: BTreeMap::new(),
+        mgr: None,
+    };
+    let result = rt.block_on(async {
+        let ready = cluster.start(&stop).await;
+        match ready {
+            Ok(()) => cluster.foreground(&stop).await,
+            Err(e) => {
+                if let Some(prev) = &previous {
+                    let _ = prev.store(&dir);
+                }
+                Err(e)
+            }
+        }
+    });
+    rt.block_on(cluster.shutdown());
+    let _ = std::fs::remove_file(layout.up_pid());
+    result
+}
+
+/// This run's settings: flags, else the previous run's, else defaults.
+fn settings(args: &UpArgs, prev: Option<&ClusterFile>) -> Result<ClusterFile> {
+    let name = match (&args.name, prev) {
+        (Some(n), Some(p)) if *n != p.cluster_name => bail!(
+            "{} holds cluster {:?}, not {n:?}",
+            args.dir.display(),
+            p.cluster_name
+        ),
+        (Some(n), _) => n.clone(),
+        (None, Some(p)) => p.cluster_name.clone(),
+        (None, None) => DEFAULT_CLUSTER_NAME.to_string(),
+    };
+    if !pontoon_cluster::is_valid_name(&name) {
+        bail!("cluster name {name:?} must be 1-128 characters of [A-Za-z0-9._-]");
+    }
+    let osds = args.osds.or(prev.map(|p| p.osds)).unwrap_or(3);
+    if !(1..=MAX_OSDS).contains(&osds) {
+        bail!("--osds {osds} must be between 1 and {MAX_OSDS}");
+    }
+    let osd_size = match &args.osd_size {
+        Some(s) => parse_size_arg("--osd-size", s)?,
+        None => prev.map_or(1 << 30, |p| p.osd_size),
+    };
+    if osd_size < MIN_OSD_SIZE {
+        bail!(
+            "--osd-size {} is too small: at least {}",
+            format_size(osd_size),
+            format_size(MIN_OSD_SIZE)
+        );
+    }
+    let shards = args.shards.or(prev.map(|p| p.shards)).unwrap_or(1);
+    if !(1..=MAX_SHARDS).contains(&shards) {
+        bail!("--shards {shards} must be between 1 and {MAX_SHARDS}");
+    }
+    let duration =
+        |flag: &str, given: &Option<String>, old: Option<Duration>, default: u64| match given {
+            Some(s) => parse_duration(s).map_err(|e| anyhow!("{flag}: {e}")),
+            None => Ok(old.unwrap_or(Duration::from_secs(default))),
+        };
+    let lease_ttl = duration("--lease-ttl", &args.lease_ttl, prev.map(|p| p.lease_ttl), 3)?;
+    if lease_ttl < Duration::from_secs(1) {
+        bail!("--lease-ttl must be at least 1s");
+    }
+    let out_after = duration(
+        "--out-after",
+        &args.out_after,
+        prev.map(|p| p.out_after),
+        30,
+    )?;
+    Ok(ClusterFile {
+        cluster_name: name,
+        etcd: prev.map(|p| p.etcd.clone()).unwrap_or_default(),
+        etcd_peer_port: prev.map_or(0, |p| p.etcd_peer_port),
+        osds,
+        osd_size,
+        shards,
+        lease_ttl,
+        out_after,
+        listen: args
+            .listen
+            .or(prev.map(|p| p.listen))
+            .unwrap_or(IpAddr::from([127, 0, 0, 1])),
+        host: prev.map_or_else(local_host_name, |p| p.host.clone()),
+        pid: std::process::id(),
+    })
+}
+
+/// The running cluster: its child processes and the manager task.
+struct Cluster {
+    layout: Layout,
+    file: ClusterFile,
+    etcd: Option<Child>,
+    /// OSD children of this process, by id (an OSD restarted by `pontoon
+    /// osd start` is not a child; it is found through its pid file).
+    osds: BTreeMap<u32, Child>,
+    mgr: Option<(watch::Sender<bool>, JoinHandle<()>)>,
+}
+
+impl Cluster {
+    /// Starts etcd, the OSDs one by one (ids are handed out in order) and
+    /// the manager; writes cluster.toml and prints the endpoints.
+    async fn start(&mut self, stop: &AtomicBool) -> Result<()> {
+        let exe = std::env::current_exe().context("cannot find the pontoon binary")?;
+        self.start_etcd(stop).await?;
+        let store = MapStore::connect(&split_endpoints(&self.file.etcd)?, &self.file.cluster_name)
+            .await
+            .map_err(|e| anyhow!("{e}; etcd log {}", self.layout.etcd_log().display()))?;
+        for id in 0..self.file.osds {
+            check_stop(stop)?;
+            self.start_osd(&exe, &store, id, stop).await?;
+        }
+        self.wait_alive(&store, stop).await?;
+        // The manager starts once every OSD is alive: a restarted cluster
+        // then finds the acting sets it left, with no interval changes.
+        let mut mgr_cfg = MgrConfig::new(pontoon_mgr::default_name(&self.file.host));
+        mgr_cfg.out_after = self.file.out_after;
+        let (tx, rx) = watch::channel(false);
+        let task = tokio::spawn(pontoon_mgr::run(store.clone(), mgr_cfg, rx));
+        self.mgr = Some((tx, task));
+        self.file.store(&self.layout.dir)?;
+        self.print_ready(&store).await;
+        Ok(())
+    }
+
+    async fn start_etcd(&mut self, stop: &AtomicBool) -> Result<()> {
+        let bin = etcd_binary()?;
+        let data = self.layout.etcd_data();
+        let old_client = self
+            .file
+            .etcd
+            .rsplit(':')
+            .next()
+            .and_then(|p| p.trim_end_matches('/').parse::<u16>().ok());
+        // Same ports as last time when they are free (nothing to change for
+        // clients that remember them), else new free ones.
+        let client_port = reuse_or_free_port(old_client)?;
+        let peer_port = reuse_or_free_port(
+            Some(self.file.etcd_peer_port).filter(|p| *p != 0 && *p != client_port),
+        )?;
+        let client_url = format!("http://127.0.0.1:{client_port}");
+        let peer_url = format!("http://127.0.0.1:{peer_port}");
+        let args: Vec<String> = vec![
+            "--name=pontoon".into(),
+            format!("--data-dir={}", data.display()),
+            format!("--listen-client-urls={client_url}"),
+            format!("--advertise-client-urls={client_url}"),
+            format!("--listen-peer-urls={peer_url}"),
+            format!("--initial-advertise-peer-urls={peer_url}"),
+            format!("--initial-cluster=pontoon={peer_url}"),
+            "--initial-cluster-state=new".into(),
+            "--auto-compaction-retention=1".into(),
+            "--logger=zap".into(),
+            "--log-outputs=stderr".into(),
+            "--log-level=warn".into(),
+        ];
+        let log = self.layout.etcd_log();
+        let child = procs::spawn(&bin, &args, &log, Attach::Child)?;
+        procs::write_pid(&self.layout.etcd_pid(), child.id())?;
+        self.file.etcd = client_url;
+        self.file.etcd_peer_port = peer_port;
+        let child = self.etcd.insert(child);
+        let deadline = Instant::now() + ETCD_START;
+        loop {
+            check_stop(stop)?;
+            if let Ok(Some(status)) = child.try_wait() {
+                bail!(
+                    "etcd exited at start ({status}); last lines of {}:\n{}",
+                    log.display(),
+                    procs::log_tail(&log, 10)
+                );
+            }
+            if etcd_healthy(client_port) {
+                return Ok(());
+            }
+            if Instant::now() >= deadline {
+                bail!(
+                    "etcd was not healthy within {}; see {}",
+                    format_duration(ETCD_START),
+                    log.display()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// Starts OSD `id` and waits until it has registered (so the next one
+    /// cannot take its id).
+    async fn start_osd(
+        &mut self,
+        exe: &Path,
+        store: &MapStore,
+        id: u32,
+        stop: &AtomicBool,
+    ) -> Result<()> {
+        // One left over from an earlier run (restarted by `osd start`, so
+        // not killed with its parent) talks to the old etcd: replace it.
+        if let Some(pid) = running_osd(&self.layout, id) {
+            eprintln!("stopping osd.{id} left running by an earlier run (pid {pid})");
+            stop_foreign(pid, &self.layout.osd_device(id));
+        }
+        let log = self.layout.osd_log(id);
+        let args = osd_run_args(&self.file, &self.layout, id);
+        let child = procs::spawn(exe, &args, &log, Attach::Child)?;
+        procs::write_pid(&self.layout.osd_pid(id), child.id())?;
+        let child = self.osds.entry(id).or_insert(child);
+        let deadline = Instant::now() + OSD_REGISTER;
+        loop {
+            check_stop(stop)?;
+            if let Ok(Some(status)) = child.try_wait() {
+                bail!(
+                    "osd.{id} exited at start ({status}); last lines of {}:\n{}",
+                    log.display(),
+                    procs::log_tail(&log, 10)
+                );
+            }
+            if let Ok(map) = store.load().await
+                && map.osds.contains_key(&OsdId(id))
+                && map.osds[&OsdId(id)].host == self.file.host
+                && map.is_alive(OsdId(id))
+            {
+                return Ok(());
+            }
+            if Instant::now() >= deadline {
+                bail!(
+                    "osd.{id} did not register within {}; see {}",
+                    format_duration(OSD_REGISTER),
+                    log.display()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// Waits until every OSD holds its liveness lease.
+    async fn wait_alive(&mut self, store: &MapStore, stop: &AtomicBool) -> Result<()> {
+        let deadline = Instant::now() + OSDS_ALIVE;
+        loop {
+            check_stop(stop)?;
+            let map = store.load().await?;
+            let missing: Vec<u32> = (0..self.file.osds)
+                .filter(|i| !map.is_alive(OsdId(*i)))
+                .collect();
+            if missing.is_empty() {
+                return Ok(());
+            }
+            for (id, child) in &mut self.osds {
+                if let Ok(Some(status)) = child.try_wait() {
+                    bail!(
+                        "osd.{id} exited at start ({status}); see {}",
+                        self.layout.osd_log(*id).display()
+                    );
+                }
+            }
+            if Instant::now() >= deadline {
+                bail!(
+                    "OSDs {missing:?} did not come alive within {}",
+                    format_duration(OSDS_ALIVE)
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    async fn print_ready(&self, store: &MapStore) {
+        let map = store.load().await.ok();
+        let dir = self.layout.dir.display();
+        println!(
+            "pontoon cluster {:?} is up: {} OSDs of {} (pid {})",
+            self.file.cluster_name,
+            self.file.osds,
+            format_size(self.file.osd_size),
+            std::process::id()
+        );
+        println!("  etcd     {}", self.file.etcd);
+        for (id, child) in &self.osds {
+            let addrs = map
+                .as_ref()
+                .and_then(|m| m.osds.get(&OsdId(*id)))
+                .map(|o| {
+                    o.addrs
+                        .iter()
+                        .map(ToString::to_string)
+                        .collect::<Vec<_>>()
+                        .join(",")
+                })
+                .unwrap_or_default();
+            println!("  osd.{id:<4} {addrs}  pid {}", child.id());
+        }
+        println!("  config   {dir}/cluster.toml");
+        println!("  logs     {dir}/log/");
+        println!(
+            "Try `pontoon status --cluster {dir}` (or export PONTOON_CLUSTER={dir}). Stop with Ctrl-C."
+        );
+        let _ = std::io::stdout().flush();
+    }
+
+    /// Runs until SIGINT/SIGTERM (Ok) or etcd dies (Err). OSDs that exit
+    /// are reported, not restarted.
+    async fn foreground(&mut self, stop: &AtomicBool) -> Result<()> {
+        loop {
+            if stop.load(Ordering::Relaxed) {
+                eprintln!("stopping the cluster");
+                return Ok(());
+            }
+            if let Some(etcd) = &mut self.etcd
+                && let Ok(Some(status)) = etcd.try_wait()
+            {
+                bail!(
+                    "etcd exited ({status}); see {}",
+                    self.layout.etcd_log().display()
+                );
+            }
+            let mut exited = Vec::new();
+            for (id, child) in &mut self.osds {
+                if let Ok(Some(status)) = child.try_wait() {
+                    exited.push((*id, child.id(), status));
+                }
+            }
+            for (id, pid, status) in exited {
+                self.osds.remove(&id);
+                let pid_file = self.layout.osd_pid(id);
+                if procs::read_pid(&pid_file) == Some(pid) {
+                    let _ = std::fs::remove_file(&pid_file);
+                }
+                eprintln!(
+                    "osd.{id} (pid {pid}) exited: {status}; not restarted — run `pontoon osd start {id} --cluster {}`",
+                    self.layout.dir.display()
+                );
+            }
+            if let Some((_, task)) = &self.mgr
+                && task.is_finished()
+            {
+                bail!("the manager stopped unexpectedly");
+            }
+            tokio::time::sleep(POLL).await;
+        }
+    }
+
+    /// Stops everything, in order: manager, OSDs (children and ones
+    /// restarted by `osd start`), etcd. Bounded: what does not stop in
+    /// time is killed.
+    async fn shutdown(&mut self) {
+        if let Some((tx, task)) = self.mgr.take() {
+            let _ = tx.send(true);
+            if tokio::time::timeout(Duration::from_secs(10), task)
+                .await
+                .is_err()
+            {
+                eprintln!("the manager did not stop in time");
+            }
+        }
+        // Children first, then the OSDs started by `osd start` (by pid file).
+        let mut foreign = Vec::new();
+        for child in self.osds.values() {
+            procs::signal(child.id(), libc::SIGTERM);
+        }
+        for id in 0..self
+            .file
+            .osds
+            .max(self.osds.keys().next_back().map_or(0, |m| m + 1))
+        {
+            if self.osds.contains_key(&id) {
+                continue;
+            }
+            if let Some(pid) = running_osd(&self.layout, id) {
+                procs::signal(pid, libc::SIGTERM);
+                foreign.push((id, pid));
+            }
+        }
+        let deadline = Instant::now() + STOP_GRACE;
+        for (id, child) in &mut self.osds {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if !procs::wait_child(child, left) {
+                eprintln!("osd.{id} did not stop in time: killing it");
+                procs::signal(child.id(), libc::SIGKILL);
+                procs::wait_child(child, Duration::from_secs(5));
+            }
+            let _ = std::fs::remove_file(self.layout.osd_pid(*id));
+        }
+        self.osds.clear();
+        for (id, pid) in foreign {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if !procs::wait_gone(pid, left) {
+                eprintln!("osd.{id} did not stop in time: killing it");
+                procs::signal(pid, libc::SIGKILL);
+                procs::wait_gone(pid, Duration::from_secs(5));
+            }
+            let _ = std::fs::remove_file(self.layout.osd_pid(id));
+        }
+        if let Some(mut etcd) = self.etcd.take() {
+            procs::signal(etcd.id(), libc::SIGTERM);
+            if !procs::wait_child(&mut etcd, Duration::from_secs(10)) {
+                procs::signal(etcd.id(), libc::SIGKILL);
+                procs::wait_child(&mut etcd, Duration::from_secs(5));
+            }
+            let _ = std::fs::remove_file(self.layout.etcd_pid());
+        }
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        // Only reached without `shutdown` on a panic: kill what is left.
+        for child in self.osds.values_mut().chain(self.etcd.as_mut()) {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// Fails if a stop signal arrived.
+fn check_stop(stop: &AtomicBool) -> Result<()> {
+    if stop.load(Ordering::Relaxed) {
+        bail!("interrupted");
+    }
+    Ok(())
+}
+
+/// Stops an OSD that is not our child: SIGTERM, then SIGKILL after the grace time.
+fn stop_foreign(pid: u32, device: &Path) {
+    if !procs::is_osd_process(pid, device) {
+        return;
+    }
+    procs::signal(pid, libc::SIGTERM);
+    if !procs::wait_gone(pid, STOP_GRACE) {
+        procs::signal(pid, libc::SIGKILL);
+        procs::wait_gone(pid, Duration::from_secs(5));
+    }
+}
+
+/// Finds etcd: `$PONTOON_ETCD_BIN`, `/usr/bin/etcd`, then `$PATH`.
+fn etcd_binary() -> Result<PathBuf> {
+    if let Some(p) = std::env::var_os("PONTOON_ETCD_BIN") {
+        return Ok(PathBuf::from(p));
+    }
+    let debian = Path::new("/usr/bin/etcd");
+    if debian.is_file() {
+        return Ok(debian.to_path_buf());
+    }
+    if let Some(path) = std::env::var_os("PATH") {
+        for dir in std::env::split_paths(&path) {
+            let p = dir.join("etcd");
+            if p.is_file() {
+                return Ok(p);
+            }
+        }
+    }
+    Err(anyhow!(
+        "etcd is not installed (looked at $PONTOON_ETCD_BIN, /usr/bin/etcd and $PATH): \
+         install Debian's etcd-server (scripts/deps.sh does)"
+    ))
+}
+
+/// `want` if that loopback port is free now, else a free one.
+fn reuse_or_free_port(want: Option<u16>) -> Result<u16> {
+    if let Some(p) = want.filter(|p| *p != 0)
+        && TcpListener::bind(("127.0.0.1", p)).is_ok()
+    {
+        return Ok(p);
+    }
+    Ok(TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .context("cannot find a free port")?
+        .port())
+}
+
+/// Whether etcd at `port` answers `/health` with `"health":"true"`.
+fn etcd_healthy(port: u16) -> bool {
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    let Ok(mut s) = TcpStream::connect_timeout(&addr, Duration::from_millis(200)) else {
+        return false;
+    };
+    let _ = s.set_read_timeout(Some(Duration::from_millis(500)));
+    let _ = s.set_write_timeout(Some(Duration::from_millis(500)));
+    if s.write_all(b"GET /health HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")
+        .is_err()
+    {
+        return false;
+    }
+    let mut body = Vec::new();
+    let _ = s.take(64 * 1024).read_to_end(&mut body);
+    String::from_utf8_lossy(&body).contains(r#""health":"true""#)
+}

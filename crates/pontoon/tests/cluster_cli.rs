@@ -1,0 +1,322 @@
+//! A real local cluster driven from the CLI, end to end: `pontoon up` with
+//! three OSD processes and its own etcd; pools, volumes and status; the
+//! error cases; an OSD killed with SIGKILL and restarted with `pontoon osd
+//! start`; a clean stop; and `pontoon up` again on the same directory.
+//!
+//! Needs etcd (Debian's etcd-server; scripts/deps.sh installs it).
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+const PONTOON: &str = env!("CARGO_BIN_EXE_pontoon");
+/// Longest wait for any one state the test expects.
+const WAIT: Duration = Duration::from_secs(60);
+/// Longest any one CLI command may take.
+const COMMAND_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Whether `pid` exists and is not a zombie.
+fn alive(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().next())
+            .is_some_and(|state| state != "Z"),
+        Err(_) => false,
+    }
+}
+
+fn signal(pid: u32, sig: libc::c_int) {
+    let pid = libc::pid_t::try_from(pid).expect("pid fits pid_t");
+    assert!(pid > 0);
+    // SAFETY: kill on one positive pid.
+    unsafe {
+        libc::kill(pid, sig);
+    }
+}
+
+fn read_pid(path: &Path) -> Option<u32> {
+    std::fs::read_to_string(path).ok()?.trim().parse().ok()
+}
+
+/// Whether `pid` belongs to this test's cluster directory (not a reused pid).
+fn is_ours(pid: u32, dir: &Path) -> bool {
+    std::fs::read(format!("/proc/{pid}/cmdline"))
+        .map(|c| String::from_utf8_lossy(&c).contains(&*dir.to_string_lossy()))
+        .unwrap_or(false)
+}
+
+/// A running `pontoon up`; on drop (also on panic) it is stopped with
+/// SIGTERM and whatever is left of the cluster is killed by pid.
+struct Up {
+    child: Option<Child>,
+    dir: PathBuf,
+}
+
+impl Up {
+    fn start(dir: &Path) -> Up {
+        let child = Command::new(PONTOON)
+            .args(["up", "--dir"])
+            .arg(dir)
+            .args(["--osds", "3", "--osd-size", "256M", "--shards", "1"])
+            .args(["--lease-ttl", "3s", "--out-after", "120s"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("run pontoon up");
+        let up = Up {
+            child: Some(child),
+            dir: dir.to_path_buf(),
+        };
+        up.wait_ready();
+        up
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.as_ref().map_or(0, Child::id)
+    }
+
+    /// Waits until cluster.toml names this `up` process (it is written
+    /// once the cluster is ready).
+    fn wait_ready(&self) {
+        let file = self.dir.join("cluster.toml");
+        let want = format!("pid = \"{}\"", self.pid());
+        let deadline = Instant::now() + WAIT;
+        loop {
+            if std::fs::read_to_string(&file).is_ok_and(|t| t.contains(&want)) {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "pontoon up was not ready within {WAIT:?}"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// Stops `up` with SIGTERM and waits (bounded) for it to exit.
+    fn stop(&mut self) -> std::process::ExitStatus {
+        let mut child = self.child.take().expect("up is running");
+        signal(child.id(), libc::SIGTERM);
+        let deadline = Instant::now() + Duration::from_secs(40);
+        loop {
+            if let Some(status) = child.try_wait().expect("wait for up") {
+                return status;
+            }
+            if Instant::now() >= deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("pontoon up did not stop within 40 s of SIGTERM");
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// Every pid in the directory's pid files.
+    fn pids(&self) -> Vec<u32> {
+        let Ok(entries) = std::fs::read_dir(self.dir.join("run")) else {
+            return Vec::new();
+        };
+        entries
+            .filter_map(Result::ok)
+            .filter_map(|e| read_pid(&e.path()))
+            .collect()
+    }
+}
+
+impl Drop for Up {
+    fn drop(&mut self) {
+        let pids = self.pids();
+        if let Some(mut child) = self.child.take() {
+            signal(child.id(), libc::SIGTERM);
+            let deadline = Instant::now() + Duration::from_secs(25);
+            while child.try_wait().ok().flatten().is_none() && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        for pid in pids {
+            if alive(pid) && is_ours(pid, &self.dir) {
+                signal(pid, libc::SIGKILL);
+            }
+        }
+    }
+}
+
+/// Runs `pontoon ARGS --cluster DIR` (bounded), returning its output.
+fn pontoon(dir: &Path, args: &[&str]) -> Output {
+    let mut child = Command::new(PONTOON)
+        .args(args)
+        .arg("--cluster")
+        .arg(dir)
+        .env_remove("PONTOON_CLUSTER")
+        .env_remove("PONTOON_ETCD")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run pontoon");
+    let deadline = Instant::now() + COMMAND_TIMEOUT;
+    while child.try_wait().expect("wait").is_none() {
+        if Instant::now() >= deadline {
+            let _ = child.kill();
+            panic!("pontoon {args:?} took longer than {COMMAND_TIMEOUT:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.wait_with_output().expect("collect output")
+}
+
+/// Runs a command that must succeed; returns its stdout.
+fn ok(dir: &Path, args: &[&str]) -> String {
+    let out = pontoon(dir, args);
+    assert!(
+        out.status.success(),
+        "pontoon {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Runs a command that must fail with exit code `code`; returns its stderr.
+fn fails(dir: &Path, args: &[&str], code: i32) -> String {
+    let out = pontoon(dir, args);
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(code), "pontoon {args:?}: {stderr}");
+    stderr
+}
+
+fn json(dir: &Path, args: &[&str]) -> Value {
+    let text = ok(dir, args);
+    serde_json::from_str(&text)
+        .unwrap_or_else(|e| panic!("{args:?} printed bad JSON ({e}): {text}"))
+}
+
+/// Polls `status --json` until `pred` holds; returns that status.
+fn wait_status(dir: &Path, what: &str, pred: impl Fn(&Value) -> bool) -> Value {
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let s = json(dir, &["status", "--json"]);
+        if pred(&s) {
+            return s;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "status did not reach {what} within {WAIT:?}; last: {s:#}"
+        );
+        std::thread::sleep(Duration::from_millis(250));
+    }
+}
+
+fn pgs_in(s: &Value, state: &str) -> u64 {
+    s["pgs"]["states"][state].as_u64().unwrap_or(0)
+}
+
+fn all_clean(s: &Value) -> bool {
+    s["osds"]["up"] == 3 && s["osds"]["in"] == 3 && pgs_in(s, "active+clean") == 16
+}
+
+#[test]
+fn local_cluster_survives_an_osd_kill_and_a_restart_from_the_cli() {
+    let started = Instant::now();
+    let tmp = tempfile::Builder::new()
+        .prefix("pontoon-cli-")
+        .tempdir()
+        .expect("tempdir");
+    let dir = tmp.path().canonicalize().expect("canonical tempdir");
+    let mut up = Up::start(&dir);
+    eprintln!("cluster ready after {:?}", started.elapsed());
+
+    ok(&dir, &["pool", "create", "p", "--size", "3", "--pgs", "16"]);
+    ok(&dir, &["volume", "create", "v", "--size", "1G"]);
+    let vols = json(&dir, &["volume", "ls", "--json"]);
+    assert_eq!(vols[0]["name"], "v", "{vols}");
+    assert_eq!(vols[0]["size_bytes"], 1u64 << 30, "{vols}");
+    assert_eq!(vols[0]["pool"], "p", "{vols}");
+    let info = json(&dir, &["volume", "info", "v", "--json"]);
+    assert_eq!(info["objects"], 256, "{info}");
+    let pools = json(&dir, &["pool", "ls", "--json"]);
+    assert_eq!(pools[0]["min_size"], 2, "{pools}");
+    let s = wait_status(&dir, "3 OSDs up/in and 16 PGs active+clean", all_clean);
+    assert_eq!(s["pgs"]["total"], 16);
+    eprintln!("pool clean after {:?}", started.elapsed());
+
+    // Errors: one line, `error: ...`, exit 1; clap usage errors exit 2.
+    let e = fails(&dir, &["volume", "info", "nope"], 1);
+    assert!(e.starts_with("error: ") && e.contains("not found"), "{e}");
+    assert_eq!(e.trim_end().lines().count(), 1, "{e}");
+    let e = fails(
+        &dir,
+        &["pool", "create", "q", "--size", "2", "--min-size", "3"],
+        1,
+    );
+    assert!(e.starts_with("error: ") && e.contains("min-size"), "{e}");
+    let e = fails(&dir, &["volume", "create", "w", "--size", "12XB"], 1);
+    assert!(
+        e.starts_with("error: ") && e.contains("invalid volume size"),
+        "{e}"
+    );
+    let e = fails(&dir, &["volume", "resize", "v", "--size", "512M"], 1);
+    assert!(e.contains("shrinking"), "{e}");
+    let e = fails(&dir, &["volume", "create", "v", "--size", "1G"], 1);
+    assert!(e.contains("already exists"), "{e}");
+    let e = fails(&dir, &["pool", "rm", "p"], 1);
+    assert!(e.contains("in use"), "{e}");
+    fails(&dir, &["pool", "create", "q"], 2);
+
+    // SIGKILL one OSD: its lease expires, the manager takes it out of the
+    // acting sets, and every PG runs degraded on the other two.
+    let pid_file = dir.join("run/osd.1.pid");
+    let victim = read_pid(&pid_file).expect("osd.1 pid file");
+    assert!(is_ours(victim, &dir));
+    signal(victim, libc::SIGKILL);
+    let s = wait_status(&dir, "osd.1 down and 16 PGs degraded", |s| {
+        s["osds"]["up"] == 2 && pgs_in(s, "active+degraded") == 16
+    });
+    assert_eq!(s["osds"]["list"][1]["up"], false, "{s:#}");
+    assert_eq!(s["osds"]["in"], 3, "down is not out yet: {s:#}");
+    eprintln!("degraded after {:?}", started.elapsed());
+
+    // Restart it: back to all clean.
+    let out = ok(&dir, &["osd", "start", "1"]);
+    assert!(out.contains("osd.1 started"), "{out}");
+    let restarted = read_pid(&pid_file).expect("new osd.1 pid file");
+    assert_ne!(restarted, victim);
+    fails(&dir, &["osd", "start", "1"], 1);
+    wait_status(&dir, "all clean again", all_clean);
+    eprintln!("clean again after {:?}", started.elapsed());
+
+    // A clean stop takes every process with it, the restarted OSD too.
+    let mut pids = up.pids();
+    pids.push(restarted);
+    let status = up.stop();
+    assert!(status.success(), "pontoon up exited with {status}");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while pids.iter().any(|p| alive(*p)) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let left: Vec<u32> = pids.iter().copied().filter(|p| alive(*p)).collect();
+    assert!(left.is_empty(), "still running after up stopped: {left:?}");
+    drop(up);
+
+    // The same directory brings the same cluster back, with its data.
+    let up = Up::start(&dir);
+    let pools = json(&dir, &["pool", "ls", "--json"]);
+    assert_eq!(pools[0]["name"], "p", "{pools}");
+    let vols = json(&dir, &["volume", "ls", "--json"]);
+    assert_eq!(vols[0]["name"], "v", "{vols}");
+    let s = wait_status(&dir, "all clean after the restart", all_clean);
+    let ids: Vec<u64> = s["osds"]["list"]
+        .as_array()
+        .expect("osd list")
+        .iter()
+        .filter_map(|o| o["id"].as_u64())
+        .collect();
+    assert_eq!(ids, vec![0, 1, 2], "same OSD ids: {s:#}");
+    drop(up);
+    eprintln!("done after {:?}", started.elapsed());
+}
