@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, anyhow, bail};
 use clap::{Args, Subcommand};
+use pontoon_cluster::MapStore;
 use pontoon_osd::daemon::{OsdConfig, run as run_daemon};
 use pontoon_types::OsdId;
 
@@ -221,6 +222,9 @@ fn osd_start(a: OsdStartArgs) -> Result<()> {
         bail!("osd.{id} is already running (pid {pid})");
     }
     let exe = std::env::current_exe().context("cannot find the pontoon binary")?;
+    let rt = crate::runtime()?;
+    // Reach etcd first: an OSD started without it would only exit again.
+    let (store, _) = rt.block_on(a.cluster.connect())?;
     let log = layout.osd_log(id);
     let mut child = procs::spawn(
         &exe,
@@ -229,8 +233,7 @@ fn osd_start(a: OsdStartArgs) -> Result<()> {
         Attach::Detached,
     )?;
     procs::write_pid(&layout.osd_pid(id), child.id())?;
-    let rt = crate::runtime()?;
-    let up = rt.block_on(wait_osd_alive(&a.cluster, id, &mut child, &log, timeout));
+    let up = rt.block_on(wait_osd_alive(&store, id, &mut child, &log, timeout));
     match up {
         Ok(addrs) => {
             println!(
@@ -258,14 +261,13 @@ fn osd_start(a: OsdStartArgs) -> Result<()> {
 /// Waits until OSD `id` holds its liveness lease; fails if `child` exits
 /// first or `timeout` passes. Returns its addresses for display.
 async fn wait_osd_alive(
-    cluster: &ClusterArgs,
+    store: &MapStore,
     id: u32,
     child: &mut std::process::Child,
     log: &Path,
     timeout: Duration,
 ) -> Result<String> {
     let deadline = Instant::now() + timeout;
-    let (store, _) = cluster.connect().await?;
     loop {
         if let Ok(Some(status)) = child.try_wait() {
             bail!(
