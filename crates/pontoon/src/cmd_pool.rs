@@ -124,8 +124,13 @@ pub fn run(args: PoolArgs) -> Result<()> {
                 };
                 let p = store.create_pool(&name, size, min_size, pgs, domain).await?;
                 println!(
-                    "pool {} created: {} replicas (writes need {}), {} PGs, failure domain {}",
-                    p.name, p.size, p.min_size, p.pgs, p.failure_domain
+                    "pool {} created: {} replica{} (writes need {}), {} PGs, failure domain {}",
+                    p.name,
+                    p.size,
+                    if p.size == 1 { "" } else { "s" },
+                    p.min_size,
+                    p.pgs,
+                    p.failure_domain
                 );
             }
             PoolCmd::Ls { json } => {
