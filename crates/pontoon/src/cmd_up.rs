@@ -76,6 +76,10 @@ pub struct UpArgs {
     /// Address the OSDs listen on (default 127.0.0.1, or as last time).
     #[arg(long, value_name = "IP")]
     listen: Option<IpAddr>,
+    /// Also run an NBD gateway serving every volume on this address,
+    /// e.g. 127.0.0.1:10809.
+    #[arg(long, value_name = "ADDR")]
+    nbd: Option<std::net::SocketAddr>,
 }
 
 /// Runs `pontoon up`.
@@ -118,6 +122,8 @@ pub fn run(args: UpArgs) -> Result<()> {
         etcd: None,
         osds: BTreeMap::new(),
         mgr: None,
+        nbd_listen: args.nbd,
+        nbd: None,
     };
     let result = rt.block_on(async {
         let ready = cluster.start(&stop).await;
@@ -212,6 +218,10 @@ struct Cluster {
     /// osd start` is not a child; it is found through its pid file).
     osds: BTreeMap<u32, Child>,
     mgr: Option<(watch::Sender<bool>, JoinHandle<()>)>,
+    /// Where the NBD gateway should listen, if one was asked for.
+    nbd_listen: Option<std::net::SocketAddr>,
+    /// The NBD gateway child.
+    nbd: Option<Child>,
 }
 
 impl Cluster {
@@ -235,6 +245,9 @@ impl Cluster {
         let (tx, rx) = watch::channel(false);
         let task = tokio::spawn(pontoon_mgr::run(store.clone(), mgr_cfg, rx));
         self.mgr = Some((tx, task));
+        if let Some(addr) = self.nbd_listen {
+            self.start_nbd(&exe, addr, stop).await?;
+        }
         self.file.store(&self.layout.dir)?;
         self.print_ready(&store).await;
         Ok(())
@@ -303,6 +316,49 @@ impl Cluster {
 
     /// Starts OSD `id` and waits until it has registered (so the next one
     /// cannot take its id).
+    /// Starts the NBD gateway and waits until it accepts connections.
+    async fn start_nbd(
+        &mut self,
+        exe: &Path,
+        addr: std::net::SocketAddr,
+        stop: &AtomicBool,
+    ) -> Result<()> {
+        let log = self.layout.dir.join("log").join("nbd.log");
+        let args: Vec<String> = vec![
+            "nbd".into(),
+            "--listen".into(),
+            addr.to_string(),
+            "--etcd".into(),
+            self.file.etcd.clone(),
+            "--cluster-name".into(),
+            self.file.cluster_name.clone(),
+        ];
+        let child = procs::spawn(exe, &args, &log, Attach::Child)?;
+        procs::write_pid(&self.layout.dir.join("run").join("nbd.pid"), child.id())?;
+        let child = self.nbd.insert(child);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            check_stop(stop)?;
+            if let Ok(Some(status)) = child.try_wait() {
+                bail!(
+                    "the NBD gateway exited at start ({status}); last lines of {}:\n{}",
+                    log.display(),
+                    procs::log_tail(&log, 10)
+                );
+            }
+            if std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok() {
+                return Ok(());
+            }
+            if Instant::now() >= deadline {
+                bail!(
+                    "the NBD gateway did not listen on {addr} within 30 s; see {}",
+                    log.display()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
     async fn start_osd(
         &mut self,
         exe: &Path,
@@ -404,6 +460,9 @@ impl Cluster {
                 .unwrap_or_default();
             println!("  osd.{id:<4} {addrs}  pid {}", child.id());
         }
+        if let (Some(addr), Some(child)) = (self.nbd_listen, &self.nbd) {
+            println!("  nbd      nbd://{addr}/<volume>  pid {}", child.id());
+        }
         println!("  config   {dir}/cluster.toml");
         println!("  logs     {dir}/log/");
         println!(
@@ -458,6 +517,15 @@ impl Cluster {
     /// restarted by `osd start`), etcd. Bounded: what does not stop in
     /// time is killed.
     async fn shutdown(&mut self) {
+        if let Some(mut nbd) = self.nbd.take() {
+            procs::signal(nbd.id(), libc::SIGTERM);
+            if !procs::wait_child(&mut nbd, STOP_GRACE) {
+                eprintln!("the NBD gateway did not stop in time: killing it");
+                procs::signal(nbd.id(), libc::SIGKILL);
+                procs::wait_child(&mut nbd, Duration::from_secs(5));
+            }
+            let _ = std::fs::remove_file(self.layout.dir.join("run").join("nbd.pid"));
+        }
         if let Some((tx, task)) = self.mgr.take() {
             let _ = tx.send(true);
             if tokio::time::timeout(Duration::from_secs(10), task)
@@ -519,7 +587,13 @@ impl Cluster {
 impl Drop for Cluster {
     fn drop(&mut self) {
         // Only reached without `shutdown` on a panic: kill what is left.
-        for child in self.osds.values_mut().chain(self.etcd.as_mut()) {
+        for child in self
+            .nbd
+            .as_mut()
+            .into_iter()
+            .chain(self.osds.values_mut())
+            .chain(self.etcd.as_mut())
+        {
             let _ = child.kill();
             let _ = child.wait();
         }

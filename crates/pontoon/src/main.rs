@@ -7,7 +7,9 @@
 //! usage errors exit 2).
 
 mod cluster_args;
+mod cmd_bench;
 mod cmd_mgr;
+mod cmd_nbd;
 mod cmd_osd;
 mod cmd_pool;
 mod cmd_status;
@@ -44,8 +46,10 @@ enum Command {
     Volume(cmd_volume::VolumeArgs),
     /// Show the cluster's OSDs, PG states and recovery.
     Status(cmd_status::StatusArgs),
-    // Front-end commands (`nbd`, ...) go here; they flatten
-    // `cluster_args::ClusterArgs` to find the cluster.
+    /// Serve every volume over NBD (qemu, nbd-client, libnbd tools, fio).
+    Nbd(cmd_nbd::NbdArgs),
+    /// Load a volume through the client library and measure it.
+    Bench(cmd_bench::BenchArgs),
     /// Benchmark the device store against raw fio on the same filesystem.
     StoreBench(store_bench::StoreBenchArgs),
     /// Measure how long a store holding many objects takes to open.
@@ -65,7 +69,7 @@ fn main() {
     // Daemons log what they do; one-shot commands only warnings.
     let default_filter = match &cli.command {
         Command::Up(_) => "warn,pontoon_mgr=info",
-        Command::Osd(_) | Command::Mgr(_) => "info",
+        Command::Osd(_) | Command::Mgr(_) | Command::Nbd(_) => "info",
         _ => "warn",
     };
     tracing_subscriber::fmt()
@@ -83,6 +87,8 @@ fn main() {
         Command::Pool(a) => cmd_pool::run(a),
         Command::Volume(a) => cmd_volume::run(a),
         Command::Status(a) => cmd_status::run(a),
+        Command::Nbd(a) => cmd_nbd::run(a),
+        Command::Bench(a) => cmd_bench::run(a),
         Command::StoreBench(a) => store_bench::run(a),
         Command::StoreStartup(a) => store_startup::run(a),
     };

@@ -1,0 +1,256 @@
+//! `pontoon bench`: a closed-loop load generator over the client library,
+//! with live progress and HDR-histogram latency percentiles. Beside the
+//! client's own CPU per I/O it reports the OSD processes' (when the cluster
+//! is a local one whose pid files it can read).
+
+use std::cell::Cell;
+use std::path::Path;
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use clap::{Args, ValueEnum};
+use pontoon_client::{Client, MapFeed};
+use pontoon_types::parse_size;
+use serde::Serialize;
+
+use crate::cluster_args::{ClusterArgs, parse_duration};
+use crate::load::{self, Progress};
+
+/// The access pattern.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Rw {
+    /// Uniformly random reads.
+    Randread,
+    /// Uniformly random writes.
+    Randwrite,
+    /// Random reads and writes, `--rwmix` percent reads.
+    Randrw,
+    /// Sequential reads.
+    Read,
+    /// Sequential writes.
+    Write,
+}
+
+/// Arguments of `pontoon bench`.
+#[derive(Args, Debug)]
+pub struct BenchArgs {
+    /// Where to find the cluster.
+    #[command(flatten)]
+    pub cluster: ClusterArgs,
+    /// Volume to load.
+    #[arg(long)]
+    pub volume: String,
+    /// Access pattern.
+    #[arg(long, value_enum, default_value = "randread")]
+    pub rw: Rw,
+    /// Block size (multiple of 4 KiB).
+    #[arg(long, default_value = "4k")]
+    pub bs: String,
+    /// Requests in flight.
+    #[arg(long, default_value_t = 32)]
+    pub qd: usize,
+    /// How long to run, e.g. 20s.
+    #[arg(long, default_value = "20s")]
+    pub time: String,
+    /// Percent reads for randrw.
+    #[arg(long, default_value_t = 70)]
+    pub rwmix: u64,
+    /// Limit the I/O to the first SIZE bytes of the volume.
+    #[arg(long)]
+    pub span: Option<String>,
+    /// Print one JSON object instead of text.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Serialize)]
+struct Report {
+    volume: String,
+    rw: Rw,
+    bs: u64,
+    qd: usize,
+    seconds: f64,
+    iops: f64,
+    mb_per_s: f64,
+    mean_us: f64,
+    p50_us: f64,
+    p99_us: f64,
+    p999_us: f64,
+    max_us: f64,
+    client_cpu_us_per_io: f64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    osd_cpu_us_per_io: Option<f64>,
+}
+
+/// Runs the benchmark.
+pub fn run(args: BenchArgs) -> Result<()> {
+    let bs = parse_size(&args.bs).with_context(|| format!("bad --bs {:?}", args.bs))?;
+    if bs == 0 || bs % 4096 != 0 || bs > 16 << 20 {
+        bail!("--bs must be a multiple of 4k up to 16M, not {}", args.bs);
+    }
+    if args.qd == 0 || args.qd > 1024 {
+        bail!("--qd must be between 1 and 1024");
+    }
+    if args.rwmix > 100 {
+        bail!("--rwmix is a percentage (0-100)");
+    }
+    let duration = parse_duration(&args.time).map_err(|e| anyhow::anyhow!("bad --time: {e}"))?;
+    let target = args.cluster.resolve()?;
+    let feed = MapFeed::connect(&target.endpoints, &target.name)?;
+    let osd_pids = target.dir.as_deref().map(osd_pids).unwrap_or_default();
+    let rt = compio::runtime::Runtime::new().context("starting io_uring")?;
+    let (m, max_us, osd_cpu) = rt.block_on(async {
+        let client = Client::new(feed.clone());
+        let vol = client.open(&args.volume)?;
+        let size = vol.current_size();
+        let span = match &args.span {
+            Some(s) => parse_size(s)
+                .with_context(|| format!("bad --span {s:?}"))?
+                .min(size),
+            None => size,
+        };
+        let blocks = span / bs;
+        if blocks == 0 {
+            bail!(
+                "volume {} ({size} bytes) is smaller than one {bs}-byte block",
+                args.volume
+            );
+        }
+        let data = Rc::new(vec![0x5au8; bs as usize]);
+        let next_seq = Rc::new(Cell::new(0u64));
+        let progress = Rc::new(Progress::default());
+        let reporter = (!args.json).then(|| {
+            let progress = progress.clone();
+            compio::runtime::spawn(async move {
+                let t0 = Instant::now();
+                let (mut last_ios, mut last_t) = (0u64, t0);
+                loop {
+                    compio::time::sleep(Duration::from_millis(500)).await;
+                    let (ios, now) = (progress.ios.get(), Instant::now());
+                    let rate = (ios - last_ios) as f64 / (now - last_t).as_secs_f64();
+                    eprint!(
+                        "\r  {:5.1}s  {:>9.0} IOPS  {:>8.1} MB/s  {:>10} ops",
+                        (now - t0).as_secs_f64(),
+                        rate,
+                        rate * bs as f64 / 1e6,
+                        ios
+                    );
+                    (last_ios, last_t) = (ios, now);
+                }
+            })
+        });
+        let cpu0 = osd_cpu_total(&osd_pids);
+        let rw = args.rw;
+        let rwmix = args.rwmix;
+        let (m, hist) = load::run(args.qd, duration, bs, progress, move |rng| {
+            let (vol, data, next_seq) = (vol.clone(), data.clone(), next_seq.clone());
+            async move {
+                let (block, read) = {
+                    let mut r = rng.borrow_mut();
+                    match rw {
+                        Rw::Randread => (r.below(blocks), true),
+                        Rw::Randwrite => (r.below(blocks), false),
+                        Rw::Randrw => (r.below(blocks), r.below(100) < rwmix),
+                        Rw::Read | Rw::Write => {
+                            let s = next_seq.get();
+                            next_seq.set(s + 1);
+                            (s % blocks, rw == Rw::Read)
+                        }
+                    }
+                };
+                if read {
+                    vol.read_at(block * bs, bs).await?;
+                } else {
+                    vol.write_at(block * bs, &data).await?;
+                }
+                Ok(())
+            }
+        })
+        .await?;
+        drop(reporter);
+        let osd_cpu = match (cpu0, osd_cpu_total(&osd_pids)) {
+            (Some(a), Some(b)) if m.ios > 0 => Some((b - a) * 1e6 / m.ios as f64),
+            _ => None,
+        };
+        Ok((m, hist.max() as f64 / 1000.0, osd_cpu))
+    })?;
+    if !args.json {
+        eprintln!();
+    }
+    feed.shutdown();
+    let r = Report {
+        volume: args.volume.clone(),
+        rw: args.rw,
+        bs,
+        qd: args.qd,
+        seconds: duration.as_secs_f64(),
+        iops: m.iops,
+        mb_per_s: m.iops * bs as f64 / 1e6,
+        mean_us: m.mean_us,
+        p50_us: m.p50_us,
+        p99_us: m.p99_us,
+        p999_us: m.p999_us,
+        max_us,
+        client_cpu_us_per_io: m.cpu_us_per_io,
+        osd_cpu_us_per_io: osd_cpu,
+    };
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&r)?);
+    } else {
+        println!(
+            "{} {:?} bs={} qd={} {:.0}s: {:.0} IOPS, {:.1} MB/s",
+            r.volume, r.rw, r.bs, r.qd, r.seconds, r.iops, r.mb_per_s
+        );
+        println!(
+            "latency µs: mean {:.0}  p50 {:.0}  p99 {:.0}  p99.9 {:.0}  max {:.0}",
+            r.mean_us, r.p50_us, r.p99_us, r.p999_us, r.max_us
+        );
+        match r.osd_cpu_us_per_io {
+            Some(o) => println!(
+                "CPU µs per I/O: client {:.1}, OSDs {:.1}",
+                r.client_cpu_us_per_io, o
+            ),
+            None => println!("CPU µs per I/O: client {:.1}", r.client_cpu_us_per_io),
+        }
+    }
+    Ok(())
+}
+
+/// Pids of a local cluster's OSDs, from DIR/run/osd.<id>.pid.
+fn osd_pids(dir: &Path) -> Vec<u32> {
+    let Ok(entries) = std::fs::read_dir(dir.join("run")) else {
+        return Vec::new();
+    };
+    entries
+        .filter_map(|e| e.ok())
+        .filter(|e| {
+            let n = e.file_name();
+            let n = n.to_string_lossy();
+            n.starts_with("osd.") && n.ends_with(".pid")
+        })
+        .filter_map(|e| std::fs::read_to_string(e.path()).ok())
+        .filter_map(|s| s.trim().parse().ok())
+        .collect()
+}
+
+/// User+system seconds of all `pids` (None if any is unreadable).
+fn osd_cpu_total(pids: &[u32]) -> Option<f64> {
+    if pids.is_empty() {
+        return None;
+    }
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
+    let mut total = 0.0;
+    for pid in pids {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        // Fields after the command name (which may hold spaces) in parentheses.
+        let rest = &stat[stat.rfind(')')? + 2..];
+        let f: Vec<&str> = rest.split_whitespace().collect();
+        let utime: f64 = f.get(11)?.parse().ok()?;
+        let stime: f64 = f.get(12)?.parse().ok()?;
+        total += (utime + stime) / hz;
+    }
+    Some(total)
+}

@@ -1,0 +1,63 @@
+//! `pontoon nbd`: the NBD gateway. Serves every volume of the cluster as an
+//! NBD export of the same name, through the client library.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use clap::Args;
+use pontoon_client::{Client, ClusterCatalog, MapFeed};
+use pontoon_nbd::{ServerConfig, start};
+
+use crate::cluster_args::ClusterArgs;
+
+/// Arguments of `pontoon nbd`.
+#[derive(Args, Debug)]
+pub struct NbdArgs {
+    /// Where to find the cluster.
+    #[command(flatten)]
+    pub cluster: ClusterArgs,
+    /// Address to listen on.
+    #[arg(long, default_value = "127.0.0.1:10809")]
+    pub listen: SocketAddr,
+    /// Worker threads (each with its own io_uring runtime and connections).
+    /// With one worker, requests that are not 4 KiB aligned are served by
+    /// read-modify-write; with more, clients must send aligned requests.
+    #[arg(long, default_value_t = 1)]
+    pub workers: usize,
+}
+
+/// Runs the gateway until SIGINT or SIGTERM.
+pub fn run(args: NbdArgs) -> Result<()> {
+    let target = args.cluster.resolve()?;
+    let feed = MapFeed::connect(&target.endpoints, &target.name)
+        .with_context(|| format!("loading the map of cluster {:?}", target.name))?;
+    let factory_feed = feed.clone();
+    let config = ServerConfig {
+        listen: args.listen,
+        workers: args.workers.max(1),
+        ..Default::default()
+    };
+    let server = start(
+        config,
+        Arc::new(move || ClusterCatalog::new(Client::new(factory_feed.clone()))),
+    )
+    .with_context(|| format!("starting the NBD server on {}", args.listen))?;
+    println!(
+        "nbd: serving the volumes of cluster {:?} on nbd://{}/<volume>",
+        target.name,
+        server.local_addr()
+    );
+    let stop = Arc::new(AtomicBool::new(false));
+    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        signal_hook::flag::register(sig, stop.clone()).context("installing signal handlers")?;
+    }
+    while !stop.load(Ordering::Relaxed) {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    server.stop().context("stopping the NBD server")?;
+    feed.shutdown();
+    Ok(())
+}
