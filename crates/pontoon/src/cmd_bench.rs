@@ -60,6 +60,10 @@ pub struct BenchArgs {
     /// Limit the I/O to the first SIZE bytes of the volume.
     #[arg(long)]
     pub span: Option<String>,
+    /// Instead of a timed run: write every block of the span once
+    /// (sequentially, `--qd` at a time) and stop, e.g. to prefill a volume.
+    #[arg(long)]
+    pub fill: bool,
     /// Print one JSON object instead of text.
     #[arg(long)]
     pub json: bool,
@@ -101,7 +105,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
     let feed = MapFeed::connect(&target.endpoints, &target.name)?;
     let osd_pids = target.dir.as_deref().map(osd_pids).unwrap_or_default();
     let rt = compio::runtime::Runtime::new().context("starting io_uring")?;
-    let (m, max_us, osd_cpu) = rt.block_on(async {
+    let result = rt.block_on(async {
         let client = Client::new(feed.clone());
         let vol = client.open(&args.volume)?;
         let size = vol.current_size();
@@ -119,6 +123,20 @@ pub fn run(args: BenchArgs) -> Result<()> {
             );
         }
         let data = Rc::new(vec![0x5au8; bs as usize]);
+        if args.fill {
+            let t0 = Instant::now();
+            fill(&vol, blocks, bs, args.qd, &data).await?;
+            let secs = t0.elapsed().as_secs_f64();
+            if !args.json {
+                eprintln!(
+                    "filled {} of {} in {secs:.1} s ({:.0} MB/s)",
+                    pontoon_types::format_size(blocks * bs),
+                    args.volume,
+                    (blocks * bs) as f64 / secs / 1e6
+                );
+            }
+            return Ok(None);
+        }
         let next_seq = Rc::new(Cell::new(0u64));
         let progress = Rc::new(Progress::default());
         let reporter = (!args.json).then(|| {
@@ -174,8 +192,12 @@ pub fn run(args: BenchArgs) -> Result<()> {
             (Some(a), Some(b)) if m.ios > 0 => Some((b - a) * 1e6 / m.ios as f64),
             _ => None,
         };
-        Ok((m, hist.max() as f64 / 1000.0, osd_cpu))
+        Ok(Some((m, hist.max() as f64 / 1000.0, osd_cpu)))
     })?;
+    let Some((m, max_us, osd_cpu)) = result else {
+        feed.shutdown();
+        return Ok(());
+    };
     if !args.json {
         eprintln!();
     }
@@ -215,6 +237,32 @@ pub fn run(args: BenchArgs) -> Result<()> {
             None => println!("CPU µs per I/O: client {:.1}", r.client_cpu_us_per_io),
         }
     }
+    Ok(())
+}
+
+/// Writes blocks `0..blocks` once each, `qd` at a time.
+async fn fill(
+    vol: &pontoon_client::Volume,
+    blocks: u64,
+    bs: u64,
+    qd: usize,
+    data: &Rc<Vec<u8>>,
+) -> Result<()> {
+    let next = Rc::new(Cell::new(0u64));
+    let workers = (0..qd).map(|_| {
+        let (vol, next, data) = (vol.clone(), next.clone(), data.clone());
+        async move {
+            loop {
+                let b = next.get();
+                if b >= blocks {
+                    return Ok::<(), anyhow::Error>(());
+                }
+                next.set(b + 1);
+                vol.write_at(b * bs, &data).await?;
+            }
+        }
+    });
+    futures::future::try_join_all(workers).await?;
     Ok(())
 }
 
