@@ -8,6 +8,7 @@
 
 mod cluster_args;
 mod cmd_bench;
+mod cmd_demo;
 mod cmd_mgr;
 mod cmd_nbd;
 mod cmd_osd;
@@ -34,6 +35,9 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Pontoon's main job: measure the disk, start a local cluster, serve a
+    /// volume over NBD, load it with fio and show the results.
+    Demo(cmd_demo::DemoArgs),
     /// Run a whole local cluster (etcd, manager, OSDs on files) in the foreground.
     Up(cmd_up::UpArgs),
     /// Run or start an OSD.
@@ -81,6 +85,7 @@ fn main() {
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     let r = match cli.command {
+        Command::Demo(a) => cmd_demo::run(a),
         Command::Up(a) => cmd_up::run(a),
         Command::Osd(a) => cmd_osd::run(a),
         Command::Mgr(a) => cmd_mgr::run(a),
