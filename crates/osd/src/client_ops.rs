@@ -45,15 +45,23 @@ impl<D: BlockDevice + 'static, P: Peers> Shard<D, P> {
                 format!("range {offset}+{len} is outside the {object_size}-byte object"),
             ));
         }
-        if self.map().pg_of(t.oid) != Some(t.pg) {
-            return Err(error(
-                Status::StaleEpoch,
-                Epoch(0),
-                format!(
-                    "object {} is not in pg {} (or its volume is unknown here)",
-                    t.oid, t.pg
-                ),
-            ));
+        match self.map().pg_of(t.oid) {
+            Some(pg) if pg == t.pg => {}
+            Some(pg) => {
+                return Err(error(
+                    Status::StaleEpoch,
+                    Epoch(0),
+                    format!("object {} is in pg {pg}, not {}", t.oid, t.pg),
+                ));
+            }
+            // A volume this shard has not seen yet: its map is behind.
+            None => {
+                return Err(error(
+                    Status::EpochAhead,
+                    Epoch(0),
+                    format!("volume of {} is not in this OSD's map yet", t.oid),
+                ));
+            }
         }
         let pgs = self.pgs.borrow();
         let Some(pg) = pgs.get(&t.pg).filter(|p| p.is_primary()) else {
