@@ -72,11 +72,19 @@ async fn dead_osd_goes_down_then_out_and_comes_back_in_and_a_standby_manager_tak
     let mut maps = store.watch().await.expect("watch");
     let full = |m: &ClusterMap| m.pgs.len() == 8 && m.pgs.values().all(|p| p.acting.len() == 3);
     wait_for(&mut maps, "full acting sets", full).await;
-    let first = store
-        .leader()
-        .await
-        .expect("leader")
-        .expect("a manager leads");
+    // create_pool placed the PGs itself: a manager may not have won the
+    // election yet.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    let first = loop {
+        if let Some(l) = store.leader().await.expect("leader") {
+            break l;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no manager leads after 20 s"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
 
     // osd.1 stops (revokes its lease): down at once, out after 2 s.
     let lease = leases[1].take().expect("lease of osd.1");
