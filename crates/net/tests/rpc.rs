@@ -365,7 +365,7 @@ impl pontoon_net::Handler for FullPage {
     ) -> (Message, Option<pontoon_buf::AlignedBuf>) {
         let o = (pontoon_types::ObjectId::new(1, 1), Version::new(1, 1));
         let info = pontoon_proto::PeerInfo {
-            objects: vec![o; pontoon_proto::PEER_PAGE],
+            objects: vec![o; pontoon_proto::MAX_META as usize / 32 + 1],
             more: true,
         };
         (Message::PeerInfo(info), None)
@@ -374,9 +374,9 @@ impl pontoon_net::Handler for FullPage {
 
 #[compio::test]
 async fn a_reply_too_large_for_a_frame_becomes_an_error_reply() {
-    // PEER_PAGE objects of 32 bytes plus the count and the flag are 5 bytes
-    // over MAX_META: the receiver would refuse such a frame, so the server
-    // sends an error instead and the connection stays usable.
+    // More objects of 32 bytes than fit in MAX_META: the receiver would
+    // refuse such a frame, so the server sends an error instead and the
+    // connection stays usable.
     let (addr, _server) = start(Rc::new(FullPage), Limits::default()).await;
     let conn = RpcConn::connect(addr, Role::Client, SECOND).await.unwrap();
     for _ in 0..2 {

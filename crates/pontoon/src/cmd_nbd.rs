@@ -38,6 +38,10 @@ pub fn run(args: NbdArgs) -> Result<()> {
     let config = ServerConfig {
         listen: args.listen,
         workers: args.workers.max(1),
+        // A hole lookup before every read would cost a second round trip to
+        // the primary; hosts that care ask with BLOCK_STATUS (qemu-img,
+        // nbdcopy), which is served.
+        sparse_reads: false,
         ..Default::default()
     };
     let server = start(
