@@ -3,6 +3,7 @@
 //! client tools.
 #![allow(dead_code)]
 
+pub mod scenarios;
 pub mod tools;
 
 use std::io::{ErrorKind, Read, Write};
