@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# Cluster benchmark: a local 3-OSD cluster (`pontoon up`), pools of size 1
-# and 3, 4 KiB random read and write at QD1 and QD32 through the client
-# library (`pontoon bench`), beside raw fio on the same filesystem, with
-# ratios against raw and against the Ceph 16.2 baseline measured on this
-# kind of machine (../shared/bench/ceph-baseline/RESULTS.md).
+# Cluster benchmark: a local 3-OSD cluster (`pontoon up --nbd`), pools of
+# size 1 and 3, 4 KiB random read and write at QD1 and QD32, first through
+# the client library (`pontoon bench`), then through the NBD gateway with
+# fio's nbd engine, beside raw fio on the same filesystem, with ratios
+# against raw and against the Ceph 16.2 baseline measured on this kind of
+# machine (../shared/bench/ceph-baseline/RESULTS.md). CPU per I/O is given
+# for the client (or fio), the gateway and the OSDs.
 #
 # Usage: bench/cluster.sh [--time 10s] [--dir DIR] [--ceph]
 #   --ceph   also run ../shared/bench/ceph-baseline/run.sh right after (about 8 min)
@@ -44,7 +46,8 @@ rawfio randwrite-qd32 randwrite 32 --sync=dsync
 rm -f "$raw"
 
 echo "== pontoon up: 3 OSDs of 4 GiB, 1 shard each"
-"$P" up --dir "$dir/cluster" --osds 3 --osd-size 4G --shards 1 > "$dir/up.log" 2>&1 &
+nbd_port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+"$P" up --dir "$dir/cluster" --osds 3 --osd-size 4G --shards 1 --nbd 127.0.0.1:$nbd_port > "$dir/up.log" 2>&1 &
 up_pid=$!
 for _ in $(seq 1 240); do [ -f "$dir/cluster/cluster.toml" ] && break; sleep 0.5; done
 [ -f "$dir/cluster/cluster.toml" ] || { echo "cluster did not start; see $dir/up.log" >&2; exit 1; }
@@ -62,6 +65,29 @@ for pool in 1 3; do
     rw=${t%-qd*}; qd=${t#*-qd}
     echo "== size$pool $t"
     "$P" bench --volume "v$pool" --rw "$rw" --bs 4k --qd "$qd" --time "$time" --json "${C[@]}" > "$out/size$pool-$t.json"
+  done
+done
+cpu_of() { # total utime+stime seconds of the given pids
+  python3 -c '
+import os, sys
+hz = os.sysconf("SC_CLK_TCK"); t = 0
+for p in sys.argv[1:]:
+    f = open(f"/proc/{p}/stat").read().rsplit(")", 1)[1].split()
+    t += (int(f[11]) + int(f[12])) / hz
+print(t)' "$@"
+}
+osd_pids=$(cat "$dir"/cluster/run/osd.*.pid)
+nbd_pid=$(cat "$dir/cluster/run/nbd.pid")
+for pool in 1 3; do
+  for t in randwrite-qd1 randwrite-qd32 randread-qd1 randread-qd32; do
+    rw=${t%-qd*}; qd=${t#*-qd}
+    echo "== NBD size$pool $t"
+    o0=$(cpu_of $osd_pids); g0=$(cpu_of $nbd_pid)
+    fio --name=nbd --ioengine=nbd --uri="nbd://127.0.0.1:$nbd_port/v$pool" --size=2G --rw="$rw" --bs=4k \
+        --iodepth="$qd" --norandommap --randrepeat=0 --time_based --runtime="$time" \
+        --output-format=json --output="$out/nbd-size$pool-$t.json"
+    o1=$(cpu_of $osd_pids); g1=$(cpu_of $nbd_pid)
+    echo "{\"osd_cpu_s\": $(python3 -c "print($o1-$o0)"), \"gateway_cpu_s\": $(python3 -c "print($g1-$g0)")}" > "$out/nbd-size$pool-$t.cpu.json"
   done
 done
 "$P" status "${C[@]}" | head -12
@@ -92,6 +118,21 @@ for pool in (1, 3):
         c = ceph[name]
         osd = r.get("osd_cpu_us_per_io")
         print(f"{name:24} {r['iops']:8.0f} {ri[0]:9.0f} {r['iops']/ri[0]:6.2f} {r['iops']/c[0]:7.1f} {r['mean_us']:8.0f} {r['p50_us']:6.0f} {r['p99_us']:7.0f} {r['p999_us']:7.0f} {ri[1]:8.0f} {osd if osd is None else round(osd,1)!s:>9} {c[2]:8.1f} {r['client_cpu_us_per_io']:12.1f}")
+print()
+print("Through the NBD gateway (fio ioengine=nbd), same cluster")
+print(f"{'test':24} {'IOPS':>8} {'x raw':>6} {'x Ceph':>7} {'mean µs':>8} {'p50':>6} {'p99':>7} {'p99.9':>7} {'fio µs/IO':>9} {'gw µs/IO':>8} {'OSD µs/IO':>9}")
+for pool in (1, 3):
+    for t in ("randwrite-qd1", "randwrite-qd32", "randread-qd1", "randread-qd32"):
+        name = f"size{pool}-{t}"
+        j = json.load(open(os.path.join(out, f"nbd-{name}.json")))["jobs"][0]
+        side = j["write"] if j["write"]["io_bytes"] > 0 else j["read"]
+        ios = side["total_ios"] or 1
+        pct = side["clat_ns"]["percentile"]
+        cpu = json.load(open(os.path.join(out, f"nbd-{name}.cpu.json")))
+        fio_cpu = (j["usr_cpu"] + j["sys_cpu"]) / 100 * j["job_runtime"] / 1000 / ios * 1e6
+        ri = raw(t)
+        print(f"{name:24} {side['iops']:8.0f} {side['iops']/ri[0]:6.2f} {side['iops']/ceph[name][0]:7.1f} {side['lat_ns']['mean']/1000:8.0f} {pct['50.000000']/1000:6.0f} {pct['99.000000']/1000:7.0f} {pct['99.900000']/1000:7.0f} {fio_cpu:9.1f} {cpu['gateway_cpu_s']/ios*1e6:8.1f} {cpu['osd_cpu_s']/ios*1e6:9.1f}")
+print()
 print("raw writes use --sync=dsync (durable, as Pontoon's acknowledged writes are).")
 PY
 if [ "$ceph" = 1 ]; then
