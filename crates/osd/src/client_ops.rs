@@ -292,13 +292,16 @@ impl<D: BlockDevice + 'static, P: Peers> Shard<D, P> {
         if let Err(a) = self.ensure_recovered(&t, &c).await {
             return a;
         }
-        let version = {
+        // Stamped, and counted in flight until the local store has it, in
+        // one step with the interval check: peering lists objects only
+        // after what was accepted before it began has landed.
+        let (version, inflight) = {
             let mut pgs = self.pgs.borrow_mut();
             let Some(p) = pgs.get_mut(&t.pg).filter(|p| p.generation == c.generation) else {
                 return error(Status::PgInactive, c.interval, "interval changed");
             };
             p.seq += 1;
-            Version::new(c.interval.0, p.seq)
+            (Version::new(c.interval.0, p.seq), self.inflight.enter(t.pg))
         };
         let msg = Message::SubOp(make_op(t, version));
         let data = data.map(|d| &d[..]);
@@ -306,7 +309,12 @@ impl<D: BlockDevice + 'static, P: Peers> Shard<D, P> {
             let msg = &msg;
             async move { (o, self.member_call(o, t.pg, msg, data).await) }
         });
-        let (mine, theirs) = futures::join!(local(version), join_all(remote));
+        let local = async move {
+            let r = local(version).await;
+            drop(inflight);
+            r
+        };
+        let (mine, theirs) = futures::join!(local, join_all(remote));
         let mut ok = Vec::new();
         let mut failed: Vec<(OsdId, Status, String)> = Vec::new();
         match mine {

@@ -183,6 +183,9 @@ impl<D: BlockDevice + 'static, P: Peers> Shard<D, P> {
         let mut after = None;
         loop {
             let (page, more) = if osd == self.me {
+                // Our own writes of the previous interval may still be on
+                // their way to the store: list what it will hold.
+                self.inflight.drained(pg).await;
                 self.list_pg(pg, after, pontoon_proto::PEER_PAGE)
             } else {
                 let q = Message::PeerQuery(PeerQuery {
@@ -263,6 +266,10 @@ impl<D: BlockDevice + 'static, P: Peers> Shard<D, P> {
         let target = Target { pg, epoch: e, oid };
         let image = if m.stale.contains(&self.me) {
             let img = self.pull_from(&m.holders, target, m.version).await?;
+            if !self.is_current(pg, generation) {
+                return Err("interval changed".into());
+            }
+            let _inflight = self.inflight.enter(pg);
             self.store
                 .replace(oid, m.version, &img.extents)
                 .await

@@ -42,6 +42,9 @@ impl<D: BlockDevice + 'static, P: Peers> Shard<D, P> {
                 format!("pg {} interval {} not seen yet", t.pg, t.epoch),
             );
         }
+        // Accepted for this interval: in flight until the store has it (a
+        // peering query answered meanwhile lists it only after that).
+        let _inflight = self.inflight.enter(t.pg);
         let data = data.unwrap_or_else(|| AlignedBuf::for_read(0));
         if crc32c::crc32c(&data) != op.data_crc {
             return error(
@@ -86,8 +89,9 @@ impl<D: BlockDevice + 'static, P: Peers> Shard<D, P> {
     }
 
     /// Lists the PG's objects held here with their versions, after
-    /// promising not to accept operations of intervals before the query's.
-    pub(crate) fn answer_peer_query(
+    /// promising not to accept operations of intervals before the query's
+    /// and letting those accepted before the promise reach the store.
+    pub(crate) async fn answer_peer_query(
         self: &Rc<Self>,
         q: PeerQuery,
     ) -> (Message, Option<AlignedBuf>) {
@@ -122,6 +126,7 @@ impl<D: BlockDevice + 'static, P: Peers> Shard<D, P> {
             }
             pg.promised = pg.promised.max(q.epoch);
         }
+        self.inflight.drained(q.pg).await;
         let (objects, more) = self.list_pg(q.pg, q.after, PEER_PAGE);
         (Message::PeerInfo(PeerInfo { objects, more }), None)
     }

@@ -12,7 +12,7 @@ use pontoon_store::{BlockDevice, Store, StoreError};
 use pontoon_types::{Epoch, OsdId, PgId};
 use rustc_hash::FxHashMap;
 
-use crate::locks::{ObjectLocks, Slots};
+use crate::locks::{InFlight, ObjectLocks, Slots};
 use crate::map::ShardMap;
 use crate::peers::Peers;
 use crate::pg::{Pg, Phase};
@@ -33,6 +33,8 @@ pub struct Shard<D: BlockDevice, P: Peers> {
     pub(crate) map: RefCell<Rc<ShardMap>>,
     pub(crate) pgs: RefCell<FxHashMap<PgId, Pg>>,
     pub(crate) locks: Rc<ObjectLocks>,
+    /// Local store mutations in flight per PG (see [`InFlight`]).
+    pub(crate) inflight: Rc<InFlight>,
     pub(crate) recovery: Rc<Slots>,
     fenced: Cell<bool>,
     generation: Cell<u64>,
@@ -67,6 +69,7 @@ impl<D: BlockDevice + 'static, P: Peers> Shard<D, P> {
             map: RefCell::new(Rc::new(ShardMap::default())),
             pgs: RefCell::new(FxHashMap::default()),
             locks: Rc::new(ObjectLocks::default()),
+            inflight: Rc::new(InFlight::default()),
             recovery: Slots::new(RECOVERY_SLOTS),
             fenced: Cell::new(false),
             generation: Cell::new(0),
@@ -200,7 +203,7 @@ impl<D: BlockDevice + 'static, P: Peers> Handler for Shard<D, P> {
             (Message::Discard(d), _) => self.client_discard(d).await,
             (Message::Allocation(t), _) => self.client_allocation(t).await,
             (Message::SubOp(op), Role::Osd(_)) => self.replica_subop(op, frame.data).await,
-            (Message::PeerQuery(q), Role::Osd(_)) => self.answer_peer_query(q),
+            (Message::PeerQuery(q), Role::Osd(_)) => self.answer_peer_query(q).await,
             (Message::Pull(t), Role::Osd(_)) => self.answer_pull(t).await,
             (m, role) => error(
                 Status::InvalidArgument,
