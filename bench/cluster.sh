@@ -92,6 +92,9 @@ for pool in 1 3; do
 done
 "$P" status "${C[@]}" | head -12
 cleanup; up_pid=""
+# The OSD files are 12 GiB together; the results stay.
+rm -rf "$dir/cluster"
+echo "results: $out"
 
 python3 - "$out" <<'PY'
 import json, sys, os
