@@ -61,8 +61,13 @@ pub(crate) struct Entry {
 impl Entry {
     /// Encoded size in bytes.
     pub(crate) fn encoded_len(&self) -> usize {
-        36 + match self.kind {
-            EntryKind::WriteInline | EntryKind::WriteRow => 16 + 4 * self.nblk as usize,
+        Self::encoded_len_of(self.kind, self.nblk)
+    }
+
+    /// Encoded size of an entry of `kind` covering `nblk` blocks.
+    pub(crate) fn encoded_len_of(kind: EntryKind, nblk: u32) -> usize {
+        36 + match kind {
+            EntryKind::WriteInline | EntryKind::WriteRow => 16 + 4 * nblk as usize,
             EntryKind::Discard => 8,
             EntryKind::Delete | EntryKind::Create => 0,
         }

@@ -137,6 +137,33 @@ impl Group {
     }
 }
 
+/// Whether a group of `entries` entries taking `bytes` fits in one journal
+/// record (an empty batch), as far as its entries go.
+fn fits_one_record(entries: usize, bytes: usize) -> bool {
+    entries <= MAX_ENTRIES && bytes <= MAX_ENTRY_BYTES
+}
+
+/// How many pieces `ranges` (in order, laid end to end) are cut into by
+/// `runs` (allocated in order): the row entries [`Store::prepare_row`] makes.
+fn row_pieces(ranges: &[(u32, u32)], runs: &[(u64, u32)]) -> usize {
+    let mut pieces = 0;
+    let (mut run_i, mut run_used) = (0, 0u32);
+    for &(_, n) in ranges {
+        let mut done = 0u32;
+        while done < n && run_i < runs.len() {
+            let take = (n - done).min(runs[run_i].1 - run_used);
+            pieces += 1;
+            done += take;
+            run_used += take;
+            if run_used == runs[run_i].1 {
+                run_i += 1;
+                run_used = 0;
+            }
+        }
+    }
+    pieces
+}
+
 fn crcs_of(data: &[u8]) -> SmallVec<[u32; 16]> {
     data.chunks_exact(BLOCK_SIZE).map(crc32c::crc32c).collect()
 }
@@ -189,7 +216,7 @@ impl<D: BlockDevice> Store<D> {
         let user_bytes = data.len() as u64;
         let mut g = if nblk > ROW_THRESHOLD_BLOCKS {
             match self
-                .prepare_row(oid, version, &[(start, nblk)], data, &crcs)
+                .prepare_row(oid, version, &[(start, nblk)], data, &crcs, 0)
                 .await?
             {
                 Ok(g) => g,
@@ -296,7 +323,11 @@ impl<D: BlockDevice> Store<D> {
         let mut g = if ranges.is_empty() {
             Group::default()
         } else if total / BLOCK_SIZE > ROW_THRESHOLD_BLOCKS as usize {
-            match self.prepare_row(oid, version, &ranges, all, &crcs).await? {
+            // Delete and Create entries join the group below.
+            match self
+                .prepare_row(oid, version, &ranges, all, &crcs, 2)
+                .await?
+            {
                 Ok(g) => g,
                 Err(all) => self.inline_group(oid, version, &ranges, all, &crcs)?,
             }
@@ -373,7 +404,9 @@ impl<D: BlockDevice> Store<D> {
 
     /// Allocates fresh blocks, writes `data` there and builds the metadata
     /// group pointing at them. Gives the data back if there is no room for
-    /// a redirect (the caller then journals it).
+    /// a redirect, or if the free space is so fragmented that the group
+    /// (with `extra` more entries the caller adds, of no data) would not fit
+    /// in one journal record: the caller then journals the data instead.
     async fn prepare_row(
         &self,
         oid: ObjectId,
@@ -381,6 +414,7 @@ impl<D: BlockDevice> Store<D> {
         ranges: &[(u32, u32)],
         data: AlignedBuf,
         crcs: &[u32],
+        extra: usize,
     ) -> Result<Result<Group, AlignedBuf>> {
         let nblk: u32 = ranges.iter().map(|r| r.1).sum();
         let mut runs: SmallVec<[(u64, u32); 4]> = SmallVec::new();
@@ -395,6 +429,18 @@ impl<D: BlockDevice> Store<D> {
             }
             let mut v = Vec::new();
             if !st.alloc.alloc(nblk, &mut v) {
+                return Ok(Err(data));
+            }
+            // One entry per piece of a range within a run: fragmented free
+            // space (after a restart the allocator starts over at the
+            // holes) can make them too many for a record, and a group that
+            // fits no record could never be queued.
+            let pieces = row_pieces(ranges, &v) + extra;
+            let bytes = pieces * Entry::encoded_len_of(EntryKind::WriteRow, 0) + 4 * nblk as usize;
+            if !fits_one_record(pieces, bytes) {
+                for &(p, n) in &v {
+                    (p..p + n as u64).for_each(|b| st.alloc.free(b));
+                }
                 return Ok(Err(data));
             }
             runs.extend(v);
@@ -523,6 +569,15 @@ impl<D: BlockDevice> Store<D> {
                 && b.entry_bytes + g.entry_bytes() <= MAX_ENTRY_BYTES
                 && b.bufs.len() + g.bufs.len() <= MAX_RECORD_BUFS
                 && (b.is_empty() || b.data_blocks + g.data_blocks <= BATCH_DATA_BLOCKS);
+            if !fits && b.is_empty() {
+                // Not even an empty batch holds it: waiting would be forever.
+                return Enqueue::Refused(StoreError::InvalidArgument(format!(
+                    "{} extents ({} bytes of entries) do not fit in one journal record \
+                     (at most {MAX_ENTRIES} entries, {MAX_ENTRY_BYTES} bytes)",
+                    g.entries.len(),
+                    g.entry_bytes()
+                )));
+            }
             if !fits {
                 return Enqueue::Full;
             }
