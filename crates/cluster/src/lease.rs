@@ -75,6 +75,11 @@ impl Validity {
     }
 }
 
+/// Pause before trying again after a keepalive failed (etcd down or
+/// unreachable), instead of a whole period: a lease must be renewed as soon
+/// as etcd answers again, or its holder's validity may run out meanwhile.
+const RETRY_AFTER_FAILURE: Duration = Duration::from_millis(200);
+
 /// The part of the TTL a holder gives up as safety margin.
 fn margin(ttl: Duration) -> Duration {
     ttl / 5
@@ -189,7 +194,8 @@ impl Drop for KeptLease {
     }
 }
 
-/// Keeps lease `id` alive every third of its TTL until told to stop, the
+/// Keeps lease `id` alive every third of its TTL (and every
+/// [`RETRY_AFTER_FAILURE`] after a failed attempt) until told to stop, the
 /// lease is found expired, or (while paused) never.
 async fn keepalive_task(
     mut client: Client,
@@ -201,10 +207,11 @@ async fn keepalive_task(
     mut stop: oneshot::Receiver<()>,
 ) {
     let period = ttl / 3;
+    let mut pause = period;
     loop {
         tokio::select! {
             _ = &mut stop => return,
-            _ = sleep(period) => {}
+            _ = sleep(pause) => {}
         }
         if validity.is_lost() {
             return;
@@ -222,6 +229,7 @@ async fn keepalive_task(
             Ok(Ok(Some(resp))) if resp.ttl() > 0 => {
                 let granted = Duration::from_secs(resp.ttl().unsigned_abs());
                 validity.extend_to(sent + granted - margin(granted));
+                pause = period;
                 continue;
             }
             Ok(Ok(Some(_))) => {
@@ -229,7 +237,7 @@ async fn keepalive_task(
                 validity.mark_lost();
                 return;
             }
-            Ok(Ok(None)) | Ok(Err(_)) | Err(_) => {}
+            Ok(Ok(None)) | Ok(Err(_)) | Err(_) => pause = period.min(RETRY_AFTER_FAILURE),
         }
         // The stream broke or stalled: open a new one (a late answer on the
         // old stream could otherwise be credited to a later send time).
