@@ -32,7 +32,6 @@
 //! server.stop().unwrap();
 //! ```
 
-mod budget;
 mod handshake;
 pub mod proto;
 mod rmw;

@@ -28,12 +28,12 @@ use pontoon_volume::{BlockVolume, VolumeError};
 use tracing::{debug, warn};
 
 use crate::NbdError;
-use crate::budget::{Budget, Permit};
 use crate::handshake::{BASE_ALLOCATION_ID, Session};
 use crate::proto::*;
 use crate::rmw::{self, RangeLocks, covering};
 use crate::server::{ServerConfig, Stop};
 use crate::wire::{Inbound, OutBuf, Reply, ReplyQueue, write_replies};
+use pontoon_net::budget::{Budget, Permit};
 
 /// A structured read is sent as separate data/hole chunks only if the
 /// range has at most this many extents; otherwise as one data chunk.

@@ -16,7 +16,7 @@ use compio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use compio::net::TcpStream;
 use pontoon_buf::AlignedBuf;
 
-use crate::budget::Permit;
+use pontoon_net::budget::Permit;
 
 /// Size of the inbound buffer: headers and small payloads are copied out of
 /// it, so one `recv` usually brings in several pipelined requests.

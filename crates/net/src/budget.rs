@@ -16,7 +16,7 @@ use std::rc::Rc;
 use std::task::{Context, Poll, Waker};
 
 /// Requests and bytes in flight on one connection, with their limits.
-pub(crate) struct Budget {
+pub struct Budget {
     max_requests: usize,
     max_bytes: usize,
     state: RefCell<State>,
@@ -42,7 +42,7 @@ impl State {
 impl Budget {
     /// A budget of at most `max_requests` requests (at least 1) and
     /// `max_bytes` bytes.
-    pub(crate) fn new(max_requests: usize, max_bytes: usize) -> Rc<Self> {
+    pub fn new(max_requests: usize, max_bytes: usize) -> Rc<Self> {
         Rc::new(Self {
             max_requests: max_requests.max(1),
             max_bytes,
@@ -69,7 +69,7 @@ impl Budget {
     /// Waits (first come, first served) until one more request charging
     /// `bytes` fits, and takes it. Charges above the byte limit are clamped
     /// to it. Dropping the future gives up its place in line.
-    pub(crate) fn acquire(self: &Rc<Self>, bytes: usize) -> Acquire {
+    pub fn acquire(self: &Rc<Self>, bytes: usize) -> Acquire {
         Acquire {
             budget: self.clone(),
             bytes: bytes.min(self.max_bytes),
@@ -78,7 +78,7 @@ impl Budget {
     }
 
     /// Waits until no request holds a permit.
-    pub(crate) async fn idle(&self) {
+    pub async fn idle(&self) {
         poll_fn(|cx| {
             let mut st = self.state.borrow_mut();
             if st.requests == 0 {
@@ -114,7 +114,7 @@ impl Budget {
 }
 
 /// Future of [`Budget::acquire`].
-pub(crate) struct Acquire {
+pub struct Acquire {
     budget: Rc<Budget>,
     bytes: usize,
     /// Our place in line once we had to wait.
@@ -186,7 +186,7 @@ impl Drop for Acquire {
 }
 
 /// One request's share of a [`Budget`]; released on drop.
-pub(crate) struct Permit {
+pub struct Permit {
     budget: Rc<Budget>,
     bytes: usize,
 }
@@ -195,7 +195,7 @@ impl Permit {
     /// Charges `extra` more bytes without waiting (e.g. reply data that
     /// exists already); the budget may go over its limit, which holds off
     /// new requests until this permit is released.
-    pub(crate) fn grow(&mut self, extra: usize) {
+    pub fn grow(&mut self, extra: usize) {
         self.budget.state.borrow_mut().bytes += extra;
         self.bytes += extra;
     }

@@ -94,7 +94,7 @@
 
 #![warn(missing_docs)]
 
-mod budget;
+pub mod budget;
 mod client;
 mod pool;
 mod server;
