@@ -162,61 +162,6 @@ impl Drop for InFlightGuard {
     }
 }
 
-/// A counting semaphore for one thread: bounds concurrent background work
-/// (recovery) so client I/O keeps flowing.
-pub struct Slots {
-    free: RefCell<usize>,
-    waiters: RefCell<VecDeque<oneshot::Sender<()>>>,
-}
-
-/// One taken slot, returned on drop.
-pub struct Slot {
-    slots: Rc<Slots>,
-}
-
-impl Slots {
-    /// A semaphore with `n` slots.
-    pub fn new(n: usize) -> Rc<Self> {
-        Rc::new(Self {
-            free: RefCell::new(n),
-            waiters: RefCell::new(VecDeque::new()),
-        })
-    }
-
-    /// Waits for a free slot.
-    pub async fn take(self: &Rc<Self>) -> Slot {
-        let wait = {
-            let mut free = self.free.borrow_mut();
-            if *free > 0 {
-                *free -= 1;
-                None
-            } else {
-                let (tx, rx) = oneshot::channel();
-                self.waiters.borrow_mut().push_back(tx);
-                Some(rx)
-            }
-        };
-        if let Some(rx) = wait {
-            let _ = rx.await;
-        }
-        Slot {
-            slots: self.clone(),
-        }
-    }
-}
-
-impl Drop for Slot {
-    fn drop(&mut self) {
-        let mut waiters = self.slots.waiters.borrow_mut();
-        while let Some(w) = waiters.pop_front() {
-            if w.send(()).is_ok() {
-                return;
-            }
-        }
-        *self.slots.free.borrow_mut() += 1;
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

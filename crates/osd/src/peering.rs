@@ -237,7 +237,7 @@ impl<D: BlockDevice + 'static, P: Peers> Shard<D, P> {
                 continue;
             };
             cursor = Some(oid);
-            let _slot = self.recovery.take().await;
+            let _slot = self.recovery.acquire(0).await;
             let _guard = self.locks.lock(oid).await;
             if let Err(why) = self.recover_object(pg, generation, oid).await {
                 tracing::warn!(%pg, %oid, "recovery failed: {why}");

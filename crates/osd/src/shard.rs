@@ -12,7 +12,9 @@ use pontoon_store::{BlockDevice, Store, StoreError};
 use pontoon_types::{Epoch, OsdId, PgId};
 use rustc_hash::FxHashMap;
 
-use crate::locks::{InFlight, ObjectLocks, Slots};
+use pontoon_net::budget::Budget;
+
+use crate::locks::{InFlight, ObjectLocks};
 use crate::map::ShardMap;
 use crate::peers::Peers;
 use crate::pg::{Pg, Phase};
@@ -35,7 +37,8 @@ pub struct Shard<D: BlockDevice, P: Peers> {
     pub(crate) locks: Rc<ObjectLocks>,
     /// Local store mutations in flight per PG (see [`InFlight`]).
     pub(crate) inflight: Rc<InFlight>,
-    pub(crate) recovery: Rc<Slots>,
+    /// Background recovery's slots (counted in objects; bytes unbounded).
+    pub(crate) recovery: Rc<Budget>,
     fenced: Cell<bool>,
     generation: Cell<u64>,
 }
@@ -70,7 +73,7 @@ impl<D: BlockDevice + 'static, P: Peers> Shard<D, P> {
             pgs: RefCell::new(FxHashMap::default()),
             locks: Rc::new(ObjectLocks::default()),
             inflight: Rc::new(InFlight::default()),
-            recovery: Slots::new(RECOVERY_SLOTS),
+            recovery: Budget::new(RECOVERY_SLOTS, usize::MAX),
             fenced: Cell::new(false),
             generation: Cell::new(0),
         })
