@@ -23,7 +23,7 @@ use tracing::debug;
 use crate::NbdError;
 use crate::proto::{self, *};
 use crate::server::{ServerConfig, Stop};
-use crate::wire::Inbound;
+use pontoon_net::stream::Inbound;
 
 /// Metadata context id of `base:allocation` (the only context we serve).
 pub(crate) const BASE_ALLOCATION_ID: u32 = 1;

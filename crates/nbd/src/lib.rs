@@ -37,7 +37,6 @@ pub mod proto;
 mod rmw;
 mod server;
 mod transmission;
-mod wire;
 
 pub use server::{CatalogFactory, DEFAULT_PORT, ServerConfig, ServerHandle, start};
 pub use transmission::errno_of;

@@ -30,7 +30,7 @@ use crate::NbdError;
 use crate::handshake::{self, Outcome};
 use crate::rmw::RangeLocks;
 use crate::transmission;
-use crate::wire::Inbound;
+use pontoon_net::stream::Inbound;
 
 /// The IANA port for NBD.
 pub const DEFAULT_PORT: u16 = 10809;

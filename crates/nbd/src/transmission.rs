@@ -32,7 +32,7 @@ use crate::handshake::{BASE_ALLOCATION_ID, Session};
 use crate::proto::*;
 use crate::rmw::{self, RangeLocks, covering};
 use crate::server::{ServerConfig, Stop};
-use crate::wire::{Inbound, OutBuf, Reply, ReplyQueue, write_replies};
+use pontoon_net::stream::{Inbound, OutBuf, Reply, ReplyQueue, write_replies};
 use pontoon_net::budget::{Budget, Permit};
 
 /// A structured read is sent as separate data/hole chunks only if the
@@ -354,7 +354,7 @@ impl<V: BlockVolume> Conn<V> {
         debug!(handle, ?errno, msg, "request failed");
         self.queue.push(Reply {
             parts: vec![self.error_bytes(handle, errno, msg)],
-            _permit: Some(permit),
+            permit: Some(permit),
         });
     }
 
@@ -403,7 +403,7 @@ impl<V: BlockVolume> Conn<V> {
         };
         self.queue.push(Reply {
             parts,
-            _permit: Some(permit),
+            permit: Some(permit),
         });
     }
 

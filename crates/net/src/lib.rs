@@ -98,6 +98,7 @@ pub mod budget;
 mod client;
 mod pool;
 mod server;
+pub mod stream;
 mod wire;
 
 use std::time::Duration;

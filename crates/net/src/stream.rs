@@ -1,7 +1,8 @@
-//! The two directions of one connection's socket: a buffered reader that
-//! hands out protocol messages and reads write payloads straight into
-//! aligned buffers, and a reply queue drained by a writer task that
-//! serialises whole replies onto the socket with vectored writes.
+//! The two directions of a front-end connection's socket (NBD, NVMe/TCP):
+//! a buffered reader that hands out fixed-size protocol headers and reads
+//! write payloads straight into aligned buffers, and a reply queue drained
+//! by a writer task that serialises whole replies onto the socket with
+//! vectored writes.
 
 use std::cell::RefCell;
 use std::collections::VecDeque;
@@ -16,7 +17,7 @@ use compio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use compio::net::TcpStream;
 use pontoon_buf::AlignedBuf;
 
-use pontoon_net::budget::Permit;
+use crate::budget::Permit;
 
 /// Size of the inbound buffer: headers and small payloads are copied out of
 /// it, so one `recv` usually brings in several pipelined requests.
@@ -34,7 +35,7 @@ fn broken() -> io::Error {
 }
 
 /// The receiving side of a connection.
-pub(crate) struct Inbound {
+pub struct Inbound {
     stream: TcpStream,
     /// Received bytes; `None` once a read was cancelled (the stream is then
     /// out of sync and must not be read again).
@@ -45,7 +46,7 @@ pub(crate) struct Inbound {
 
 impl Inbound {
     /// Wraps a connected socket.
-    pub(crate) fn new(stream: TcpStream) -> Self {
+    pub fn new(stream: TcpStream) -> Self {
         Self {
             stream,
             buf: Some(Vec::with_capacity(INBOUND_BUF)),
@@ -54,7 +55,7 @@ impl Inbound {
     }
 
     /// Bytes received and not yet consumed.
-    pub(crate) fn buffered(&self) -> usize {
+    pub fn buffered(&self) -> usize {
         self.buf.as_ref().map_or(0, |b| b.len() - self.pos)
     }
 
@@ -96,7 +97,7 @@ impl Inbound {
     }
 
     /// Takes `N` bytes already buffered, if there are that many.
-    pub(crate) fn try_array<const N: usize>(&mut self) -> Option<[u8; N]> {
+    pub fn try_array<const N: usize>(&mut self) -> Option<[u8; N]> {
         let buf = self.buf.as_ref()?;
         let bytes = buf.get(self.pos..self.pos + N)?;
         let mut out = [0u8; N];
@@ -107,7 +108,7 @@ impl Inbound {
 
     /// Reads the next `N`-byte message; `None` on a clean end of stream
     /// before its first byte.
-    pub(crate) async fn read_array<const N: usize>(&mut self) -> io::Result<Option<[u8; N]>> {
+    pub async fn read_array<const N: usize>(&mut self) -> io::Result<Option<[u8; N]>> {
         if !self.fill(N).await? {
             return Ok(None);
         }
@@ -115,7 +116,7 @@ impl Inbound {
     }
 
     /// Reads `len` bytes (the caller bounds `len`) into a new vector.
-    pub(crate) async fn read_vec(&mut self, len: usize) -> io::Result<Vec<u8>> {
+    pub async fn read_vec(&mut self, len: usize) -> io::Result<Vec<u8>> {
         let mut out = Vec::with_capacity(len);
         while out.len() < len {
             if self.buffered() == 0 && !self.fill(1).await? {
@@ -130,7 +131,7 @@ impl Inbound {
     }
 
     /// Reads `len` bytes into `dst[at..at + len]`. `dst` keeps its length.
-    pub(crate) async fn read_into(
+    pub async fn read_into(
         &mut self,
         mut dst: AlignedBuf,
         at: usize,
@@ -162,7 +163,7 @@ impl Inbound {
     }
 
     /// Reads and drops `len` bytes.
-    pub(crate) async fn discard(&mut self, mut len: u64) -> io::Result<()> {
+    pub async fn discard(&mut self, mut len: u64) -> io::Result<()> {
         while len > 0 {
             if self.buffered() == 0 && !self.fill(1).await? {
                 return Err(io::ErrorKind::UnexpectedEof.into());
@@ -176,7 +177,7 @@ impl Inbound {
 }
 
 /// One piece of outgoing bytes.
-pub(crate) enum OutBuf {
+pub enum OutBuf {
     /// Headers and small payloads.
     Bytes(Vec<u8>),
     /// A range of a data buffer (read data), possibly shared by several chunks.
@@ -201,16 +202,16 @@ impl IoBuf for OutBuf {
 
 /// One complete reply (all chunks of a structured reply), written
 /// contiguously. Holds the request's budget permit until written.
-pub(crate) struct Reply {
+pub struct Reply {
     /// Bytes to send, in order.
-    pub(crate) parts: Vec<OutBuf>,
+    pub parts: Vec<OutBuf>,
     /// Released once the reply is on the socket (or dropped).
-    pub(crate) _permit: Option<Permit>,
+    pub permit: Option<Permit>,
 }
 
 /// The queue of finished replies of one connection.
 #[derive(Default)]
-pub(crate) struct ReplyQueue {
+pub struct ReplyQueue {
     state: RefCell<QueueState>,
 }
 
@@ -226,7 +227,7 @@ struct QueueState {
 
 impl ReplyQueue {
     /// Queues a reply for the writer (drops it if the socket failed).
-    pub(crate) fn push(&self, reply: Reply) {
+    pub fn push(&self, reply: Reply) {
         let mut st = self.state.borrow_mut();
         if st.dead {
             drop(st);
@@ -242,7 +243,7 @@ impl ReplyQueue {
     }
 
     /// Tells the writer no more replies will come.
-    pub(crate) fn close(&self) {
+    pub fn close(&self) {
         let w = {
             let mut st = self.state.borrow_mut();
             st.closed = true;
@@ -254,7 +255,7 @@ impl ReplyQueue {
     }
 
     /// True once the socket failed.
-    pub(crate) fn is_dead(&self) -> bool {
+    pub fn is_dead(&self) -> bool {
         self.state.borrow().dead
     }
 
@@ -291,7 +292,7 @@ impl ReplyQueue {
 /// batching whatever is ready into one vectored write. On a socket error
 /// the queue is marked dead (pending replies are dropped) and the error
 /// returned.
-pub(crate) async fn write_replies(mut stream: TcpStream, queue: Rc<ReplyQueue>) -> io::Result<()> {
+pub async fn write_replies(mut stream: TcpStream, queue: Rc<ReplyQueue>) -> io::Result<()> {
     while let Some(first) = queue.next().await {
         let mut iov: Vec<OutBuf> = Vec::new();
         let mut bytes = 0usize;
