@@ -25,6 +25,7 @@ mod config;
 mod controller;
 mod identify;
 mod io;
+pub mod initiator;
 pub mod pdu;
 mod queue;
 mod server;
