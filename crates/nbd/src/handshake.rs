@@ -9,20 +9,18 @@
 //! unknown export under `NBD_OPT_EXPORT_NAME`, oversized option data) ends
 //! the session with a hard disconnect.
 
-use std::future::Future;
 use std::io;
-use std::pin::pin;
 
 use compio::BufResult;
 use compio::io::AsyncWriteExt;
 use compio::net::TcpStream;
-use futures::future::{Either, select};
 use pontoon_volume::{BlockVolume, VOLUME_BLOCK, VolumeCatalog};
 use tracing::debug;
 
 use crate::NbdError;
 use crate::proto::{self, *};
-use crate::server::{ServerConfig, Stop};
+use crate::server::ServerConfig;
+use pontoon_net::listener::Stop;
 use pontoon_net::stream::Inbound;
 
 /// Metadata context id of `base:allocation` (the only context we serve).
@@ -89,14 +87,6 @@ pub(crate) fn transmission_flags(structured: bool) -> u16 {
     f
 }
 
-/// Races `f` with the server's stop signal; `None` if stopping won.
-async fn or_stop<F: Future>(stop: &Stop, f: F) -> Option<F::Output> {
-    match select(pin!(f), pin!(stop.wait())).await {
-        Either::Left((out, _)) => Some(out),
-        Either::Right(_) => None,
-    }
-}
-
 async fn send(out: &mut TcpStream, bytes: Vec<u8>) -> io::Result<()> {
     let BufResult(res, _) = out.write_all(bytes).await;
     res
@@ -111,7 +101,7 @@ pub(crate) async fn negotiate<C: VolumeCatalog>(
     stop: &Stop,
 ) -> Result<Outcome<C::Volume>, NbdError> {
     send(out, encode_greeting(HANDSHAKE_FLAGS).to_vec()).await?;
-    let Some(read) = or_stop(stop, inbound.read_array::<4>()).await else {
+    let Some(read) = stop.or_stop(inbound.read_array::<4>()).await else {
         return Ok(Outcome::Closed("server stopping"));
     };
     let Some(raw) = read? else {
@@ -133,7 +123,10 @@ pub(crate) async fn negotiate<C: VolumeCatalog>(
         debug!("client did not set NBD_FLAG_C_FIXED_NEWSTYLE; answering options anyway");
     }
     for _ in 0..MAX_OPTIONS {
-        let Some(read) = or_stop(stop, inbound.read_array::<OPTION_HEADER_LEN>()).await else {
+        let Some(read) = stop
+            .or_stop(inbound.read_array::<OPTION_HEADER_LEN>())
+            .await
+        else {
             return Ok(Outcome::Closed("server stopping"));
         };
         let Some(raw) = read? else {

@@ -1,30 +1,20 @@
-//! The listener and its worker threads.
-//!
-//! Each worker thread runs its own compio runtime, builds its own catalog
-//! with the factory (catalogs and volumes are `!Send`) and accepts on its
-//! own `SO_REUSEPORT` listener bound to the shared address, so the kernel
-//! spreads connections over the workers and nothing is shared between them
-//! on the data path. [`ServerHandle::stop`] raises one stop signal that
-//! every worker and connection watches.
+//! The server's limits and its worker threads: each worker (see
+//! [`pontoon_net::listener`]) builds its own catalog with the factory
+//! (catalogs and volumes are `!Send`) and serves the connections it
+//! accepts.
 
 use std::cell::RefCell;
 use std::collections::HashMap;
+use std::future::Future;
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
-use std::pin::pin;
 use std::rc::{Rc, Weak};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::thread;
 use std::time::Duration;
 
-use compio::net::{TcpListener, TcpStream};
-use compio::runtime::JoinHandle;
-use futures::FutureExt;
-use futures::channel::oneshot;
-use futures::future::{Either, Shared, join_all, select};
+use compio::net::TcpStream;
+use pontoon_net::listener::{self, ListenConfig, Service, Stop, Workers};
 use pontoon_volume::{VOLUME_BLOCK, VolumeCatalog};
-use socket2::{Domain, Protocol, Socket, Type};
-use tracing::{debug, info, warn};
+use tracing::{debug, info};
 
 use crate::NbdError;
 use crate::handshake::{self, Outcome};
@@ -135,73 +125,22 @@ impl ServerConfig {
     }
 }
 
-/// The server's stop signal, visible from every thread and task.
-#[derive(Clone)]
-pub(crate) struct Stop {
-    flag: Arc<AtomicBool>,
-    signal: Shared<oneshot::Receiver<()>>,
-}
-
-impl Stop {
-    /// True once stop was requested.
-    pub(crate) fn is_set(&self) -> bool {
-        self.flag.load(Ordering::Acquire)
-    }
-
-    /// Resolves once stop is requested.
-    pub(crate) async fn wait(&self) {
-        if !self.is_set() {
-            let _ = self.signal.clone().await;
-        }
-    }
-}
-
 /// A running server. Dropping it stops the server too.
 pub struct ServerHandle {
-    local_addr: SocketAddr,
-    flag: Arc<AtomicBool>,
-    stop_tx: Option<oneshot::Sender<()>>,
-    threads: Vec<thread::JoinHandle<()>>,
+    workers: Workers,
 }
 
 impl ServerHandle {
     /// The address the server listens on (with the real port when
     /// configured with port 0).
     pub fn local_addr(&self) -> SocketAddr {
-        self.local_addr
+        self.workers.local_addr()
     }
 
     /// Stops accepting, lets connections finish requests in flight (up to
     /// the configured grace), closes them and joins the worker threads.
-    pub fn stop(mut self) -> Result<(), NbdError> {
-        self.shutdown()
-    }
-
-    fn shutdown(&mut self) -> Result<(), NbdError> {
-        self.flag.store(true, Ordering::Release);
-        if let Some(tx) = self.stop_tx.take() {
-            let _ = tx.send(());
-        }
-        let mut panicked = 0;
-        for t in self.threads.drain(..) {
-            if t.join().is_err() {
-                panicked += 1;
-            }
-        }
-        if panicked > 0 {
-            return Err(NbdError::Worker(format!(
-                "{panicked} worker thread(s) panicked"
-            )));
-        }
-        Ok(())
-    }
-}
-
-impl Drop for ServerHandle {
-    fn drop(&mut self) {
-        if let Err(e) = self.shutdown() {
-            warn!("stopping NBD server: {e}");
-        }
+    pub fn stop(self) -> Result<(), NbdError> {
+        self.workers.stop().map_err(NbdError::Worker)
     }
 }
 
@@ -212,69 +151,24 @@ pub fn start<C: VolumeCatalog>(
     factory: CatalogFactory<C>,
 ) -> Result<ServerHandle, NbdError> {
     config.validate()?;
-    let listeners = bind_listeners(config.listen, config.workers)?;
-    let local_addr = listeners[0].local_addr()?;
-    let (stop_tx, stop_rx) = oneshot::channel();
-    let flag = Arc::new(AtomicBool::new(false));
-    let stop = Stop {
-        flag: flag.clone(),
-        signal: stop_rx.shared(),
+    let listen = ListenConfig {
+        listen: config.listen,
+        workers: config.workers,
+        max_connections: config.max_connections,
+        shutdown_grace: config.shutdown_grace,
+        name: "nbd-worker",
     };
-    let mut handle = ServerHandle {
-        local_addr,
-        flag,
-        stop_tx: Some(stop_tx),
-        threads: Vec::with_capacity(config.workers),
-    };
-    let (ready_tx, ready_rx) = std::sync::mpsc::channel::<Result<(), String>>();
-    for (i, listener) in listeners.into_iter().enumerate() {
-        let (factory, config, stop, ready) = (
-            factory.clone(),
-            config.clone(),
-            stop.clone(),
-            ready_tx.clone(),
-        );
-        let t = thread::Builder::new()
-            .name(format!("nbd-worker-{i}"))
-            .spawn(move || worker_main(listener, factory, config, stop, ready))?;
-        handle.threads.push(t);
-    }
-    drop(ready_tx);
-    for _ in 0..handle.threads.len() {
-        match ready_rx.recv() {
-            Ok(Ok(())) => {}
-            Ok(Err(e)) => return Err(NbdError::Worker(e)),
-            Err(_) => {
-                return Err(NbdError::Worker(
-                    "worker thread exited during start-up".into(),
-                ));
-            }
-        }
-    }
-    info!(%local_addr, workers = config.workers, "NBD server listening");
-    Ok(handle)
-}
-
-/// One listening socket per worker, all on the same address.
-fn bind_listeners(addr: SocketAddr, n: usize) -> Result<Vec<std::net::TcpListener>, NbdError> {
-    let mut out = Vec::with_capacity(n);
-    let mut addr = addr;
-    for i in 0..n {
-        let s = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
-        s.set_reuse_address(true)?;
-        if n > 1 {
-            s.set_reuse_port(true)?;
-        }
-        s.bind(&addr.into())?;
-        s.listen(1024)?;
-        let l: std::net::TcpListener = s.into();
-        if i == 0 {
-            // Port 0 resolved: the other workers join the same port.
-            addr = l.local_addr()?;
-        }
-        out.push(l);
-    }
-    Ok(out)
+    let workers = listener::start(
+        listen,
+        Arc::new(move |stop| Worker {
+            catalog: factory(),
+            config: config.clone(),
+            stop,
+            locks: RefCell::default(),
+        }),
+    )?;
+    info!(local_addr = %workers.local_addr(), "NBD server listening");
+    Ok(ServerHandle { workers })
 }
 
 /// What one worker thread owns.
@@ -299,78 +193,9 @@ impl<C> Worker<C> {
     }
 }
 
-fn worker_main<C: VolumeCatalog>(
-    listener: std::net::TcpListener,
-    factory: CatalogFactory<C>,
-    config: ServerConfig,
-    stop: Stop,
-    ready: std::sync::mpsc::Sender<Result<(), String>>,
-) {
-    let rt = match compio::runtime::Runtime::new() {
-        Ok(rt) => rt,
-        Err(e) => {
-            let _ = ready.send(Err(format!("cannot create runtime: {e}")));
-            return;
-        }
-    };
-    rt.block_on(async move {
-        let listener = match TcpListener::from_std(listener) {
-            Ok(l) => l,
-            Err(e) => {
-                let _ = ready.send(Err(format!("cannot register listener: {e}")));
-                return;
-            }
-        };
-        let worker = Rc::new(Worker {
-            catalog: factory(),
-            config,
-            stop,
-            locks: RefCell::default(),
-        });
-        let _ = ready.send(Ok(()));
-        accept_loop(worker, listener).await;
-    });
-}
-
-async fn accept_loop<C: VolumeCatalog>(worker: Rc<Worker<C>>, listener: TcpListener) {
-    let mut conns: Vec<JoinHandle<()>> = Vec::new();
-    loop {
-        if worker.stop.is_set() {
-            break;
-        }
-        let accepted = match select(pin!(listener.accept()), pin!(worker.stop.wait())).await {
-            Either::Left((r, _)) => r,
-            Either::Right(_) => break,
-        };
-        match accepted {
-            Ok((stream, peer)) => {
-                conns.retain(|h| !h.is_finished());
-                if conns.len() >= worker.config.max_connections {
-                    warn!(%peer, "connection limit reached; closing");
-                    continue;
-                }
-                if let Err(e) = stream.set_nodelay(true) {
-                    warn!(%peer, "cannot set TCP_NODELAY: {e}; closing");
-                    continue;
-                }
-                debug!(%peer, "accepted");
-                conns.push(compio::runtime::spawn(serve_connection(
-                    worker.clone(),
-                    stream,
-                    peer,
-                )));
-            }
-            Err(e) => {
-                // E.g. out of file descriptors: back off instead of spinning.
-                warn!("accept: {e}");
-                compio::time::sleep(Duration::from_millis(50)).await;
-            }
-        }
-    }
-    drop(listener);
-    let grace = worker.config.shutdown_grace;
-    if compio::time::timeout(grace, join_all(conns)).await.is_err() {
-        warn!("connections still busy after {grace:?}; dropping them");
+impl<C: VolumeCatalog> Service for Worker<C> {
+    fn serve(self: Rc<Self>, stream: TcpStream, peer: SocketAddr) -> impl Future<Output = ()> {
+        serve_connection(self, stream, peer)
     }
 }
 

@@ -16,13 +16,11 @@
 
 use std::future::Future;
 use std::io;
-use std::pin::pin;
 use std::rc::Rc;
 use std::time::Duration;
 
 use compio::io::AsyncWrite;
 use compio::net::TcpStream;
-use futures::future::{Either, select};
 use pontoon_buf::AlignedBuf;
 use pontoon_volume::{BlockVolume, VolumeError};
 use tracing::{debug, warn};
@@ -31,9 +29,10 @@ use crate::NbdError;
 use crate::handshake::{BASE_ALLOCATION_ID, Session};
 use crate::proto::*;
 use crate::rmw::{self, RangeLocks, covering};
-use crate::server::{ServerConfig, Stop};
-use pontoon_net::stream::{Inbound, OutBuf, Reply, ReplyQueue, write_replies};
+use crate::server::ServerConfig;
 use pontoon_net::budget::{Budget, Permit};
+use pontoon_net::listener::Stop;
+use pontoon_net::stream::{Inbound, OutBuf, Reply, ReplyQueue, write_replies};
 
 /// A structured read is sent as separate data/hole chunks only if the
 /// range has at most this many extents; otherwise as one data chunk.
@@ -157,10 +156,7 @@ async fn unless_stopped<F: Future>(stop: &Stop, stopping: bool, f: F) -> Option<
     if stopping {
         return Some(f.await);
     }
-    match select(pin!(f), pin!(stop.wait())).await {
-        Either::Left((out, _)) => Some(out),
-        Either::Right(_) => None,
-    }
+    stop.or_stop(f).await
 }
 
 /// The request loop: returns why it stopped.

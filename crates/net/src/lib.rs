@@ -96,6 +96,7 @@
 
 pub mod budget;
 mod client;
+pub mod listener;
 mod pool;
 mod server;
 pub mod stream;
