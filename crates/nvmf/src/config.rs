@@ -4,6 +4,7 @@
 //! worker thread and connection reads (a lock taken on connect and on admin
 //! commands, never per I/O).
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 /// The NQN of the discovery subsystem.
@@ -83,7 +84,15 @@ impl Snapshot {
 /// The target's live configuration, shared by every thread.
 #[derive(Debug, Clone, Default)]
 pub struct Subsystems {
-    inner: Arc<Mutex<Snapshot>>,
+    inner: Arc<Shared>,
+}
+
+#[derive(Debug, Default)]
+struct Shared {
+    /// The snapshot's generation, readable without the lock (the I/O path
+    /// checks it per command to notice a change).
+    generation: AtomicU64,
+    snapshot: Mutex<Snapshot>,
 }
 
 impl Subsystems {
@@ -101,17 +110,31 @@ impl Subsystems {
         for s in &mut list {
             s.namespaces.sort_by_key(|n| n.nsid);
         }
-        let mut g = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        let mut g = self
+            .inner
+            .snapshot
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
         if *g.subsystems == list {
             return;
         }
         g.generation += 1;
         g.subsystems = Arc::new(list);
+        self.inner.generation.store(g.generation, Ordering::Release);
     }
 
     /// The current configuration.
     pub fn snapshot(&self) -> Snapshot {
-        self.inner.lock().unwrap_or_else(|p| p.into_inner()).clone()
+        self.inner
+            .snapshot
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// The current generation, without taking the lock.
+    pub fn generation(&self) -> u64 {
+        self.inner.generation.load(Ordering::Acquire)
     }
 }
 

@@ -1,12 +1,18 @@
 //! The listener, its worker threads, and the target's limits.
 
+use std::future::Future;
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
+use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Duration;
 
+use compio::net::TcpStream;
+use pontoon_net::listener::{self, ListenConfig, Service, Stop, Workers};
 use pontoon_volume::VolumeCatalog;
+use tracing::info;
 
-use crate::{NvmfError, Subsystems};
+use crate::controller::Registry;
+use crate::{NvmfError, Subsystems, pdu, queue};
 
 /// The IANA port for NVMe over Fabrics over TCP.
 pub const DEFAULT_PORT: u16 = 4420;
@@ -68,21 +74,75 @@ impl Default for TargetConfig {
     }
 }
 
+impl TargetConfig {
+    /// Checks the limits against each other and the protocol's rules.
+    pub fn validate(&self) -> Result<(), NvmfError> {
+        let bad = |m: &str| Err(NvmfError::Config(m.to_string()));
+        if self.workers == 0 || self.workers > 1024 {
+            return bad("workers must be 1..=1024");
+        }
+        if !self.max_data_transfer.is_power_of_two()
+            || !(4096..=(1 << 24)).contains(&self.max_data_transfer)
+        {
+            return bad("max_data_transfer must be a power of two from 4 KiB to 16 MiB");
+        }
+        if !(32..=4096).contains(&self.max_queue_entries) {
+            return bad("max_queue_entries must be 32..=4096");
+        }
+        if self.max_io_queues == 0 {
+            return bad("max_io_queues must be positive");
+        }
+        if self.in_capsule_data > 65536 || !self.in_capsule_data.is_multiple_of(16) {
+            return bad("in_capsule_data must be a multiple of 16 up to 64 KiB");
+        }
+        if self.max_h2c_data < pdu::MIN_MAXH2CDATA || !self.max_h2c_data.is_multiple_of(4096) {
+            return bad("max_h2c_data must be a multiple of 4 KiB");
+        }
+        if self.max_buffered_bytes < 2 * self.max_data_transfer as usize {
+            return bad("max_buffered_bytes must hold two maximal transfers");
+        }
+        if self.max_connections == 0 || self.max_controllers == 0 {
+            return bad("max_connections and max_controllers must be positive");
+        }
+        Ok(())
+    }
+}
+
+/// What one worker thread owns.
+pub(crate) struct Worker<C> {
+    /// This thread's catalog.
+    pub catalog: C,
+    /// The limits.
+    pub config: TargetConfig,
+    /// What is exported.
+    pub subsystems: Subsystems,
+    /// Every controller of the target (shared by the workers).
+    pub registry: Arc<Registry>,
+    /// The stop signal.
+    pub stop: Stop,
+}
+
+impl<C: VolumeCatalog> Service for Worker<C> {
+    fn serve(self: Rc<Self>, stream: TcpStream, peer: SocketAddr) -> impl Future<Output = ()> {
+        queue::serve(self, stream, peer)
+    }
+}
+
 /// A running target. Dropping it stops the target too.
 pub struct TargetHandle {
-    local_addr: SocketAddr,
+    workers: Workers,
 }
 
 impl TargetHandle {
     /// The address the target listens on.
     pub fn local_addr(&self) -> SocketAddr {
-        self.local_addr
+        self.workers.local_addr()
     }
 
     /// Stops accepting, lets connections finish commands in flight (up to
     /// the configured grace), closes them and joins the worker threads.
     pub fn stop(self) -> Result<(), NvmfError> {
-        Ok(())
+        self.workers.stop().map_err(NvmfError::Worker)
     }
 }
 
@@ -94,9 +154,25 @@ pub fn start<C: VolumeCatalog>(
     subsystems: Subsystems,
     factory: CatalogFactory<C>,
 ) -> Result<TargetHandle, NvmfError> {
-    let _ = (subsystems, factory);
-    Err(NvmfError::Config(format!(
-        "not implemented yet (listen {})",
-        config.listen
-    )))
+    config.validate()?;
+    let registry = Arc::new(Registry::new(config.max_controllers));
+    let listen = ListenConfig {
+        listen: config.listen,
+        workers: config.workers,
+        max_connections: config.max_connections,
+        shutdown_grace: config.shutdown_grace,
+        name: "nvmf-worker",
+    };
+    let workers = listener::start(
+        listen,
+        Arc::new(move |stop| Worker {
+            catalog: factory(),
+            config: config.clone(),
+            subsystems: subsystems.clone(),
+            registry: registry.clone(),
+            stop,
+        }),
+    )?;
+    info!(local_addr = %workers.local_addr(), "NVMe/TCP target listening");
+    Ok(TargetHandle { workers })
 }
