@@ -18,8 +18,10 @@ use tokio::time::{sleep, timeout};
 
 use crate::keys::{self, EPOCH, LEADER};
 use crate::model::{
-    ClusterMap, DEFAULT_OBJECT_SIZE, FailureDomain, MAX_PGS_PER_POOL, OsdRecord, OsdReport,
-    PoolRecord, VolumeRecord, is_valid_name,
+    ClusterMap, DEFAULT_OBJECT_SIZE, FailureDomain, MAX_PGS_PER_POOL, NVMF_DISCOVERY_NQN,
+    NVMF_MAX_HOSTS, NVMF_MAX_NAMESPACES, NVMF_MAX_NQN_LEN, NVMF_MAX_NSID, NvmfNamespaceRecord,
+    NvmfSubsystemRecord, OsdRecord, OsdReport, PoolRecord, VolumeRecord, format_uuid,
+    is_valid_name,
 };
 use crate::pgmap::recompute;
 use crate::{ClusterError, Leadership};
@@ -641,17 +643,215 @@ impl MapStore {
     }
 
     /// Removes a volume's record. Its objects are not deleted here: that
-    /// is the OSDs' job once the volume is gone from the map.
+    /// is the OSDs' job once the volume is gone from the map. Refused while
+    /// an NVMe-oF namespace exports the volume.
     pub async fn remove_volume(&self, name: &str) -> Result<VolumeRecord, ClusterError> {
         let mut removed = None;
         self.update::<_, ClusterError>(|m| {
             let vol = found(m.volume_by_name(name), "volume", name)?;
+            let exports = m.nvmf_exports_of(name);
+            if let Some((nqn, nsid)) = exports.first() {
+                let more = match exports.len() {
+                    1 => String::new(),
+                    n => format!(" (and {} more)", n - 1),
+                };
+                return Err(ClusterError::InUse {
+                    kind: "volume",
+                    name: name.to_string(),
+                    reason: format!(
+                        "it is exported as namespace {nsid} of NVMe-oF subsystem {nqn}{more}"
+                    ),
+                });
+            }
             m.volumes.remove(&vol.id);
             removed = Some(vol);
             Ok(true)
         })
         .await?;
         removed.ok_or_else(|| not_found("volume", name))
+    }
+
+    /// Adds an NVMe-oF subsystem with no namespaces and no allowed hosts.
+    /// The map checks only what keeps it sound (1 to 223 bytes of printable
+    /// ASCII, not the discovery NQN); the NQN's form (`nqn.…`) is the NVMe
+    /// target's rule, which the CLI applies before calling this.
+    pub async fn nvmf_add_subsystem(&self, nqn: &str) -> Result<NvmfSubsystemRecord, ClusterError> {
+        check_nqn("subsystem", nqn)?;
+        if nqn == NVMF_DISCOVERY_NQN {
+            return Err(ClusterError::InvalidArgument(format!(
+                "{nqn} is the discovery subsystem's NQN, which every gateway serves; choose another"
+            )));
+        }
+        let rec = NvmfSubsystemRecord {
+            nqn: nqn.to_string(),
+            ..Default::default()
+        };
+        self.update::<_, ClusterError>(|m| {
+            if m.nvmf.contains_key(nqn) {
+                return Err(ClusterError::AlreadyExists {
+                    kind: "subsystem",
+                    name: nqn.to_string(),
+                });
+            }
+            m.nvmf.insert(nqn.to_string(), rec.clone());
+            Ok(true)
+        })
+        .await?;
+        Ok(rec)
+    }
+
+    /// Removes an NVMe-oF subsystem with its namespaces and allow-list
+    /// (the volumes stay; gateways stop exporting them there).
+    pub async fn nvmf_remove_subsystem(
+        &self,
+        nqn: &str,
+    ) -> Result<NvmfSubsystemRecord, ClusterError> {
+        let mut removed = None;
+        self.update::<_, ClusterError>(|m| {
+            let rec = m
+                .nvmf
+                .remove(nqn)
+                .ok_or_else(|| not_found("subsystem", nqn))?;
+            removed = Some(rec);
+            Ok(true)
+        })
+        .await?;
+        removed.ok_or_else(|| not_found("subsystem", nqn))
+    }
+
+    /// Exports `volume` as a namespace of subsystem `nqn`, with namespace id
+    /// `nsid` or else the lowest free one, and a fresh random UUID; returns
+    /// the namespace id. A volume is in at most one namespace of a
+    /// subsystem (it may be in several subsystems).
+    pub async fn nvmf_add_namespace(
+        &self,
+        nqn: &str,
+        volume: &str,
+        nsid: Option<u32>,
+    ) -> Result<u32, ClusterError> {
+        if let Some(id) = nsid
+            && !(1..=NVMF_MAX_NSID).contains(&id)
+        {
+            return Err(ClusterError::InvalidArgument(format!(
+                "namespace id {id} must be between 1 and {NVMF_MAX_NSID}"
+            )));
+        }
+        let uuid = format_uuid(&random_uuid()?);
+        let mut chosen = None;
+        self.update::<_, ClusterError>(|m| {
+            if m.volume_by_name(volume).is_none() {
+                return Err(not_found("volume", volume));
+            }
+            let sub = m
+                .nvmf
+                .get_mut(nqn)
+                .ok_or_else(|| not_found("subsystem", nqn))?;
+            if let Some(existing) = sub.namespace_of(volume) {
+                return Err(ClusterError::InUse {
+                    kind: "volume",
+                    name: volume.to_string(),
+                    reason: format!("it is already namespace {existing} of subsystem {nqn}"),
+                });
+            }
+            if sub.namespaces.len() >= NVMF_MAX_NAMESPACES {
+                return Err(ClusterError::InvalidArgument(format!(
+                    "subsystem {nqn} already has {NVMF_MAX_NAMESPACES} namespaces, the most it may have"
+                )));
+            }
+            let id = match nsid {
+                Some(id) if sub.namespaces.contains_key(&id) => {
+                    return Err(ClusterError::AlreadyExists {
+                        kind: "namespace",
+                        name: format!("{id} of subsystem {nqn}"),
+                    });
+                }
+                Some(id) => id,
+                None => sub.free_nsid().ok_or_else(|| {
+                    ClusterError::InvalidArgument(format!("subsystem {nqn} has no free namespace id"))
+                })?,
+            };
+            sub.namespaces.insert(
+                id,
+                NvmfNamespaceRecord {
+                    volume: volume.to_string(),
+                    uuid: uuid.clone(),
+                },
+            );
+            chosen = Some(id);
+            Ok(true)
+        })
+        .await?;
+        chosen.ok_or_else(|| not_found("subsystem", nqn))
+    }
+
+    /// Stops exporting namespace `nsid` of subsystem `nqn` (the volume stays).
+    pub async fn nvmf_remove_namespace(
+        &self,
+        nqn: &str,
+        nsid: u32,
+    ) -> Result<NvmfNamespaceRecord, ClusterError> {
+        let missing = || ClusterError::NotFound {
+            kind: "namespace",
+            name: format!("{nsid} of subsystem {nqn}"),
+        };
+        let mut removed = None;
+        self.update::<_, ClusterError>(|m| {
+            let sub = m
+                .nvmf
+                .get_mut(nqn)
+                .ok_or_else(|| not_found("subsystem", nqn))?;
+            removed = Some(sub.namespaces.remove(&nsid).ok_or_else(missing)?);
+            Ok(true)
+        })
+        .await?;
+        removed.ok_or_else(missing)
+    }
+
+    /// Adds `host` (a host NQN) to subsystem `nqn`'s allow-list.
+    pub async fn nvmf_allow_host(&self, nqn: &str, host: &str) -> Result<(), ClusterError> {
+        check_nqn("host", host)?;
+        self.update::<_, ClusterError>(|m| {
+            let sub = m
+                .nvmf
+                .get_mut(nqn)
+                .ok_or_else(|| not_found("subsystem", nqn))?;
+            if sub.hosts.contains(host) {
+                return Err(ClusterError::AlreadyExists {
+                    kind: "host",
+                    name: format!("{host} in the allow-list of subsystem {nqn}"),
+                });
+            }
+            if sub.hosts.len() >= NVMF_MAX_HOSTS {
+                return Err(ClusterError::InvalidArgument(format!(
+                    "subsystem {nqn} already allows {NVMF_MAX_HOSTS} hosts, the most it may"
+                )));
+            }
+            sub.hosts.insert(host.to_string());
+            Ok(true)
+        })
+        .await?;
+        Ok(())
+    }
+
+    /// Removes `host` from subsystem `nqn`'s allow-list. Hosts already
+    /// connected are not disconnected by the map change itself; the
+    /// gateway decides on connect.
+    pub async fn nvmf_disallow_host(&self, nqn: &str, host: &str) -> Result<(), ClusterError> {
+        self.update::<_, ClusterError>(|m| {
+            let sub = m
+                .nvmf
+                .get_mut(nqn)
+                .ok_or_else(|| not_found("subsystem", nqn))?;
+            if !sub.hosts.remove(host) {
+                return Err(ClusterError::NotFound {
+                    kind: "host",
+                    name: format!("{host} in the allow-list of subsystem {nqn}"),
+                });
+            }
+            Ok(true)
+        })
+        .await?;
+        Ok(())
     }
 
     /// Registers an OSD (or re-registers one after a restart) and returns
@@ -833,6 +1033,40 @@ fn check_name(kind: &str, name: &str) -> Result<(), ClusterError> {
             crate::MAX_NAME_LEN
         )))
     }
+}
+
+/// What the map requires of an NQN (subsystem or host): 1 to 223 bytes of
+/// printable ASCII. Such a string is safe in a key (escaped, see
+/// [`keys::nvmf_key`]) and in every listing.
+fn check_nqn(kind: &str, nqn: &str) -> Result<(), ClusterError> {
+    if nqn.is_empty() || nqn.len() > NVMF_MAX_NQN_LEN {
+        return Err(ClusterError::InvalidArgument(format!(
+            "{kind} NQN must be 1 to {NVMF_MAX_NQN_LEN} bytes, not {}",
+            nqn.len()
+        )));
+    }
+    if !nqn.bytes().all(|b| b.is_ascii_graphic()) {
+        return Err(ClusterError::InvalidArgument(format!(
+            "{kind} NQN {nqn:?} has characters other than printable ASCII"
+        )));
+    }
+    Ok(())
+}
+
+/// A random (version 4) UUID from the kernel's random source.
+fn random_uuid() -> Result<[u8; 16], ClusterError> {
+    use std::io::Read;
+    let mut b = [0u8; 16];
+    std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(&mut b))
+        .map_err(|e| {
+            ClusterError::Unavailable(format!(
+                "cannot read /dev/urandom for a namespace UUID: {e}"
+            ))
+        })?;
+    b[6] = (b[6] & 0x0f) | 0x40;
+    b[8] = (b[8] & 0x3f) | 0x80;
+    Ok(b)
 }
 
 fn check_volume_size(size_bytes: u64) -> Result<(), ClusterError> {

@@ -7,7 +7,9 @@ use std::collections::BTreeMap;
 use pontoon_types::{Epoch, OsdId, PgId};
 
 use crate::ClusterError;
-use crate::model::{ClusterMap, NextIds, OsdRecord, PgRecord, PoolRecord, VolumeRecord};
+use crate::model::{
+    ClusterMap, NextIds, NvmfSubsystemRecord, OsdRecord, PgRecord, PoolRecord, VolumeRecord,
+};
 
 /// PGs per `pgs/<pool>/<first>` value. One key per PG would make a change
 /// that moves many PGs (an OSD failing in a cluster with thousands of PGs)
@@ -30,6 +32,8 @@ pub const POOLS: &str = "pools/";
 pub const VOLUMES: &str = "volumes/";
 /// Prefix of the PG chunks.
 pub const PGS: &str = "pgs/";
+/// Prefix of the NVMe-oF subsystem records (`nvmf/<escaped NQN>`).
+pub const NVMF: &str = "nvmf/";
 /// Prefix of the OSD reports (not part of the map).
 pub const REPORTS: &str = "reports/";
 /// Prefix of the id counters.
@@ -43,7 +47,7 @@ pub const NEXT_VOLUME: &str = "next/volume";
 
 /// The prefixes (and the epoch key) a map load reads; anything else under
 /// the cluster prefix (reports, leader) is not part of the map.
-pub const MAP_RANGES: [&str; 7] = [EPOCH, NEXT, OSDS, ALIVE, POOLS, VOLUMES, PGS];
+pub const MAP_RANGES: [&str; 8] = [EPOCH, NEXT, OSDS, ALIVE, POOLS, VOLUMES, PGS, NVMF];
 
 /// Whether a relative key belongs to the map (a change to it must reach
 /// watchers).
@@ -64,6 +68,45 @@ pub fn alive_key(id: OsdId) -> String {
 /// Key of an OSD's latest report.
 pub fn report_key(id: OsdId) -> String {
     format!("{REPORTS}{}", id.0)
+}
+
+/// Key of an NVMe-oF subsystem's record: `nvmf/` and the NQN with every
+/// byte outside `[A-Za-z0-9._:-]` written as `%XX` (upper-case hex). NQNs
+/// are free-form printable ASCII and may contain `/` or `%`; escaped, one
+/// key is one path segment and decodes back to exactly the NQN
+/// ([`nvmf_nqn_of_key`]).
+pub fn nvmf_key(nqn: &str) -> String {
+    let mut k = String::with_capacity(NVMF.len() + nqn.len());
+    k.push_str(NVMF);
+    for b in nqn.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b':' | b'-') {
+            k.push(char::from(b));
+        } else {
+            k.push_str(&format!("%{b:02X}"));
+        }
+    }
+    k
+}
+
+/// The NQN an `nvmf/...` key names, if the key is exactly what
+/// [`nvmf_key`] writes for it (so each subsystem has one key).
+pub fn nvmf_nqn_of_key(key: &str) -> Option<String> {
+    let esc = key.strip_prefix(NVMF)?;
+    let bytes = esc.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            let hex = esc.get(i + 1..i + 3)?;
+            out.push(u8::from_str_radix(hex, 16).ok()?);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    let nqn = String::from_utf8(out).ok()?;
+    (nvmf_key(&nqn) == key).then_some(nqn)
 }
 
 /// Key of the chunk holding `pg`.
@@ -113,6 +156,17 @@ pub fn encode(map: &ClusterMap) -> Result<BTreeMap<String, Vec<u8>>, ClusterErro
     }
     for (k, recs) in chunks {
         let v = json(&k, &recs)?;
+        out.insert(k, v);
+    }
+    for (nqn, rec) in &map.nvmf {
+        let k = nvmf_key(nqn);
+        if rec.nqn != *nqn {
+            return Err(corrupt(
+                &k,
+                format!("cannot encode: holds subsystem {:?}", rec.nqn),
+            ));
+        }
+        let v = json(&k, rec)?;
         out.insert(k, v);
     }
     Ok(out)
@@ -182,6 +236,24 @@ pub fn decode<'a>(
                 }
                 map.pgs.insert(rec.pg, rec);
             }
+        } else if key.starts_with(NVMF) {
+            let nqn =
+                nvmf_nqn_of_key(key).ok_or_else(|| corrupt(key, "not a validly escaped NQN"))?;
+            let rec: NvmfSubsystemRecord = from_json(key, value)?;
+            if rec.nqn != nqn {
+                return Err(corrupt(key, format!("holds subsystem {:?}", rec.nqn)));
+            }
+            if let Some((id, ns)) = rec
+                .namespaces
+                .iter()
+                .find(|(id, ns)| **id == 0 || ns.uuid_bytes().is_none())
+            {
+                return Err(corrupt(
+                    key,
+                    format!("namespace {id} (uuid {:?}) is invalid", ns.uuid),
+                ));
+            }
+            map.nvmf.insert(nqn, rec);
         } else {
             return Err(corrupt(key, "not a key of the cluster map"));
         }
@@ -193,7 +265,7 @@ pub fn decode<'a>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::{FailureDomain, PastInterval};
+    use crate::model::{FailureDomain, NvmfNamespaceRecord, PastInterval};
     use pontoon_types::{PoolId, VolumeId};
 
     fn map() -> ClusterMap {
@@ -237,6 +309,21 @@ mod tests {
                 object_size: 4 << 20,
             },
         );
+        for nqn in ["nqn.2024-01.io.pontoon:db", "nqn.x/y%z w"] {
+            let mut rec = NvmfSubsystemRecord {
+                nqn: nqn.into(),
+                ..Default::default()
+            };
+            rec.namespaces.insert(
+                1,
+                NvmfNamespaceRecord {
+                    volume: "v".into(),
+                    uuid: "00112233-4455-6677-8899-aabbccddeeff".into(),
+                },
+            );
+            rec.hosts.insert("nqn.host".into());
+            m.nvmf.insert(nqn.into(), rec);
+        }
         for i in 0..2000 {
             let pg = PgId::new(1, i);
             m.pgs.insert(
@@ -262,6 +349,16 @@ mod tests {
         let kvs = encode(&m).unwrap();
         assert!(kvs.contains_key("pgs/1/0") && kvs.contains_key("pgs/1/1024"));
         assert_eq!(kvs.keys().filter(|k| k.starts_with(PGS)).count(), 2);
+        assert!(
+            kvs.contains_key("nvmf/nqn.2024-01.io.pontoon:db"),
+            "{:?}",
+            kvs.keys()
+        );
+        assert!(
+            kvs.contains_key("nvmf/nqn.x%2Fy%25z%20w"),
+            "{:?}",
+            kvs.keys()
+        );
         let mut with_alive: Vec<(String, Vec<u8>)> = kvs.into_iter().collect();
         with_alive.push((alive_key(OsdId(1)), b"{}".to_vec()));
         let back = decode(
@@ -292,6 +389,26 @@ mod tests {
             decode("c", bad),
             Err(ClusterError::Corrupt { .. })
         ));
+        let nvmf = kvs["nvmf/nqn.2024-01.io.pontoon:db"].clone();
+        for key in [
+            "nvmf/nqn.2024-01.io.pontoon:dc",
+            "nvmf/nqn.2024-01.io.pontoon%3Adb",
+            "nvmf/nqn.2024-01.io.pontoon:db%",
+        ] {
+            let bad = [(key, nvmf.as_slice())];
+            assert!(
+                matches!(decode("c", bad), Err(ClusterError::Corrupt { .. })),
+                "{key}"
+            );
+        }
+        let bad_uuid = String::from_utf8(nvmf.clone())
+            .unwrap()
+            .replace("00112233-", "0011223x-");
+        let bad = [("nvmf/nqn.2024-01.io.pontoon:db", bad_uuid.as_bytes())];
+        assert!(matches!(
+            decode("c", bad),
+            Err(ClusterError::Corrupt { .. })
+        ));
         let bad = [("weird", b"".as_slice())];
         assert!(matches!(
             decode("c", bad),
@@ -300,10 +417,44 @@ mod tests {
     }
 
     #[test]
+    fn nqn_keys_are_escaped_and_round_trip() {
+        for nqn in [
+            "nqn.2014-08.org.nvmexpress:uuid:f81d4fae-7dec-11d0-a765-00a0c91e6bf6",
+            "nqn.a/b",
+            "nqn.100%",
+            "nqn.~!@#$^&*()+={}[]|\\;'\"<>,?`",
+            "",
+        ] {
+            let k = nvmf_key(nqn);
+            assert!(k.starts_with(NVMF), "{k}");
+            assert!(!k[NVMF.len()..].contains('/'), "{k}");
+            assert!(
+                k.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b"._:-/%".contains(&b)),
+                "{k}"
+            );
+            assert_eq!(nvmf_nqn_of_key(&k).as_deref(), Some(nqn), "{k}");
+        }
+        assert_eq!(nvmf_key("nqn.a b"), "nvmf/nqn.a%20b");
+        assert_eq!(nvmf_nqn_of_key("nvmf/nqn.a%2"), None);
+        assert_eq!(nvmf_nqn_of_key("nvmf/nqn.a%zz"), None);
+        assert_eq!(
+            nvmf_nqn_of_key("nvmf/nqn.a%2b"),
+            None,
+            "lower-case hex is not canonical"
+        );
+        assert_eq!(nvmf_nqn_of_key("nvmf/nqn.a%+F"), None);
+        assert_eq!(nvmf_nqn_of_key("nvmf/nqn.%C3%A9").as_deref(), Some("nqn.é"));
+        assert_eq!(nvmf_nqn_of_key("nvmf/nqn.%C3"), None, "not UTF-8");
+        assert_eq!(nvmf_nqn_of_key("pools/1"), None);
+    }
+
+    #[test]
     fn only_map_keys_wake_watchers() {
         assert!(is_map_key("epoch"));
         assert!(is_map_key("alive/3"));
         assert!(is_map_key("pgs/1/0"));
+        assert!(is_map_key("nvmf/nqn.x"));
         assert!(!is_map_key("reports/3"));
         assert!(!is_map_key("mgr/leader"));
         assert!(!is_map_key("epochs"));

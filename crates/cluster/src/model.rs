@@ -236,6 +236,119 @@ impl VolumeRecord {
     }
 }
 
+/// The NQN of the NVMe-oF discovery subsystem, fixed by the NVMe over
+/// Fabrics specification: never the name of a configured subsystem.
+pub const NVMF_DISCOVERY_NQN: &str = "nqn.2014-08.org.nvmexpress.discovery";
+
+/// The longest NQN (subsystem or host) accepted, in bytes: the limit of
+/// the NVMe specification.
+pub const NVMF_MAX_NQN_LEN: usize = 223;
+
+/// Most namespaces one NVMe-oF subsystem may have (keeps its record, one
+/// etcd value, small).
+pub const NVMF_MAX_NAMESPACES: usize = 1024;
+
+/// Most host NQNs one subsystem's allow-list may hold.
+pub const NVMF_MAX_HOSTS: usize = 1024;
+
+/// One namespace of an NVMe-oF subsystem: a volume exported under a
+/// namespace id. The map key is the namespace id (see
+/// [`NvmfSubsystemRecord::namespaces`]).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NvmfNamespaceRecord {
+    /// The exported volume, by name.
+    pub volume: String,
+    /// The namespace's stable identity (its NGUID/UUID as hosts see it):
+    /// 32 hex digits, bare or in the 8-4-4-4-12 form. Chosen at random
+    /// when the namespace is added and never changed, so a host recognises
+    /// the namespace across reconnects and gateways.
+    pub uuid: String,
+}
+
+impl NvmfNamespaceRecord {
+    /// The UUID as 16 bytes, if it is well formed.
+    pub fn uuid_bytes(&self) -> Option<[u8; 16]> {
+        parse_uuid(&self.uuid)
+    }
+}
+
+/// An NVMe-oF subsystem that every NVMe/TCP gateway exports: its
+/// namespaces and the hosts allowed to connect. Key `nvmf/<escaped NQN>`
+/// (see [`crate::keys::nvmf_key`]). Not data-moving: the OSDs ignore it.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NvmfSubsystemRecord {
+    /// The subsystem's NQN (`nqn.…`, at most [`NVMF_MAX_NQN_LEN`] bytes).
+    pub nqn: String,
+    /// Namespaces by namespace id (1-based).
+    #[serde(default)]
+    pub namespaces: BTreeMap<u32, NvmfNamespaceRecord>,
+    /// Host NQNs allowed to connect; empty means none (unless a gateway
+    /// runs with `--allow-any-host`).
+    #[serde(default)]
+    pub hosts: BTreeSet<String>,
+}
+
+impl NvmfSubsystemRecord {
+    /// The namespace exporting `volume`, if any.
+    pub fn namespace_of(&self, volume: &str) -> Option<u32> {
+        self.namespaces
+            .iter()
+            .find(|(_, ns)| ns.volume == volume)
+            .map(|(id, _)| *id)
+    }
+
+    /// The lowest namespace id (≥ 1) not in use.
+    pub fn free_nsid(&self) -> Option<u32> {
+        let mut want = 1u32;
+        for &id in self.namespaces.keys() {
+            if id > want {
+                break;
+            }
+            want = id.checked_add(1)?;
+        }
+        (want <= NVMF_MAX_NSID).then_some(want)
+    }
+}
+
+/// The largest valid namespace id (`0xFFFFFFFF` is the broadcast value).
+pub const NVMF_MAX_NSID: u32 = 0xFFFF_FFFE;
+
+/// Parses a UUID written as 32 hex digits, bare or as 8-4-4-4-12.
+pub fn parse_uuid(s: &str) -> Option<[u8; 16]> {
+    let hex: Vec<u8> = match s.len() {
+        32 => s.bytes().collect(),
+        36 => {
+            let b = s.as_bytes();
+            if [8, 13, 18, 23].iter().any(|&i| b[i] != b'-') {
+                return None;
+            }
+            s.bytes().filter(|&c| c != b'-').collect()
+        }
+        _ => return None,
+    };
+    if hex.len() != 32 {
+        return None;
+    }
+    let nibble = |c: u8| (c as char).to_digit(16).map(|d| d as u8);
+    let mut out = [0u8; 16];
+    for (i, pair) in hex.chunks(2).enumerate() {
+        out[i] = (nibble(pair[0])? << 4) | nibble(pair[1])?;
+    }
+    Some(out)
+}
+
+/// Formats 16 bytes as a UUID in the 8-4-4-4-12 form, lower case.
+pub fn format_uuid(b: &[u8; 16]) -> String {
+    let mut s = String::with_capacity(36);
+    for (i, byte) in b.iter().enumerate() {
+        if matches!(i, 4 | 6 | 8 | 10) {
+            s.push('-');
+        }
+        s.push_str(&format!("{byte:02x}"));
+    }
+    s
+}
+
 /// An earlier acting set of a PG that may hold writes the current one lacks.
 /// Peering must hear from at least one member of each before serving I/O.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -455,6 +568,8 @@ pub struct ClusterMap {
     pub pgs: BTreeMap<PgId, PgRecord>,
     /// Id counters.
     pub next: NextIds,
+    /// NVMe-oF subsystems by NQN (what the NVMe/TCP gateways export).
+    pub nvmf: BTreeMap<String, NvmfSubsystemRecord>,
 }
 
 impl ClusterMap {
@@ -469,6 +584,20 @@ impl ClusterMap {
     /// The volume called `name`.
     pub fn volume_by_name(&self, name: &str) -> Option<&VolumeRecord> {
         self.volumes.values().find(|v| v.name == name)
+    }
+
+    /// The NVMe-oF namespaces exporting the volume called `name`, as
+    /// (subsystem NQN, namespace id).
+    pub fn nvmf_exports_of(&self, name: &str) -> Vec<(&str, u32)> {
+        self.nvmf
+            .values()
+            .flat_map(|s| {
+                s.namespaces
+                    .iter()
+                    .filter(|(_, ns)| ns.volume == name)
+                    .map(|(id, _)| (s.nqn.as_str(), *id))
+            })
+            .collect()
     }
 
     /// The pool called `name`.
@@ -569,6 +698,8 @@ struct ClusterMapRepr {
     pgs: Vec<PgRecord>,
     #[serde(default)]
     next: NextIds,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    nvmf: Vec<NvmfSubsystemRecord>,
 }
 
 impl Serialize for ClusterMap {
@@ -582,6 +713,7 @@ impl Serialize for ClusterMap {
             volumes: self.volumes.values().cloned().collect(),
             pgs: self.pgs.values().cloned().collect(),
             next: self.next,
+            nvmf: self.nvmf.values().cloned().collect(),
         }
         .serialize(s)
     }
@@ -599,6 +731,7 @@ impl<'de> Deserialize<'de> for ClusterMap {
             volumes: r.volumes.into_iter().map(|v| (v.id, v)).collect(),
             pgs: r.pgs.into_iter().map(|p| (p.pg, p)).collect(),
             next: r.next,
+            nvmf: r.nvmf.into_iter().map(|s| (s.nqn.clone(), s)).collect(),
         })
     }
 }
@@ -669,6 +802,21 @@ mod tests {
                     interval: Epoch(2),
                     acting: vec![OsdId(1), OsdId(3)],
                 }],
+            },
+        );
+        let nqn = "nqn.2024-01.io.pontoon:vm1";
+        m.nvmf.insert(
+            nqn.into(),
+            NvmfSubsystemRecord {
+                nqn: nqn.into(),
+                namespaces: BTreeMap::from([(
+                    2,
+                    NvmfNamespaceRecord {
+                        volume: "vm1".into(),
+                        uuid: "0123456789abcdef0123456789abcdef".into(),
+                    },
+                )]),
+                hosts: BTreeSet::from(["nqn.2014-08.org.nvmexpress:uuid:h1".to_string()]),
             },
         );
         m
@@ -768,6 +916,72 @@ mod tests {
         // one is not.
         assert_eq!(m.alloc_osd_id(Some(OsdId(1))), OsdId(1));
         assert_eq!(m.alloc_osd_id(Some(OsdId(3))), OsdId(12));
+    }
+
+    #[test]
+    fn nvmf_records_encode_nsids_as_keys_and_find_exports() {
+        let m = sample_map();
+        let rec = &m.nvmf["nqn.2024-01.io.pontoon:vm1"];
+        let json = serde_json::to_string(rec).unwrap();
+        assert!(
+            json.contains(r#""namespaces":{"2":{"volume":"vm1""#),
+            "{json}"
+        );
+        assert_eq!(
+            serde_json::from_str::<NvmfSubsystemRecord>(&json).unwrap(),
+            *rec
+        );
+        // Absent collections read as empty.
+        let bare: NvmfSubsystemRecord = serde_json::from_str(r#"{"nqn":"nqn.x"}"#).unwrap();
+        assert!(bare.namespaces.is_empty() && bare.hosts.is_empty());
+        assert_eq!(
+            m.nvmf_exports_of("vm1"),
+            vec![("nqn.2024-01.io.pontoon:vm1", 2)]
+        );
+        assert!(m.nvmf_exports_of("vm2").is_empty());
+        assert_eq!(rec.namespace_of("vm1"), Some(2));
+        assert_eq!(rec.free_nsid(), Some(1));
+    }
+
+    #[test]
+    fn free_nsid_is_the_lowest_gap() {
+        let ns = |volume: &str| NvmfNamespaceRecord {
+            volume: volume.into(),
+            uuid: String::new(),
+        };
+        let mut s = NvmfSubsystemRecord::default();
+        assert_eq!(s.free_nsid(), Some(1));
+        s.namespaces.insert(1, ns("a"));
+        s.namespaces.insert(2, ns("b"));
+        s.namespaces.insert(4, ns("c"));
+        assert_eq!(s.free_nsid(), Some(3));
+        s.namespaces.insert(3, ns("d"));
+        assert_eq!(s.free_nsid(), Some(5));
+        let mut full = NvmfSubsystemRecord::default();
+        full.namespaces.insert(NVMF_MAX_NSID, ns("x"));
+        assert_eq!(full.free_nsid(), Some(1));
+        full.namespaces.insert(1, ns("y"));
+        assert_eq!(full.free_nsid(), Some(2));
+    }
+
+    #[test]
+    fn uuids_parse_in_both_forms_and_format_canonically() {
+        let bytes: [u8; 16] = std::array::from_fn(|i| (i as u8) * 17);
+        let text = format_uuid(&bytes);
+        assert_eq!(text, "00112233-4455-6677-8899-aabbccddeeff");
+        assert_eq!(parse_uuid(&text), Some(bytes));
+        assert_eq!(parse_uuid(&text.replace('-', "")), Some(bytes));
+        assert_eq!(parse_uuid(&text.to_uppercase()), Some(bytes));
+        for bad in [
+            "",
+            "00112233-4455-6677-8899-aabbccddeef",
+            "0011223344556677-8899-aabbccddeeff0",
+            "00112233-4455-6677-8899-aabbccddeefg",
+            "001122334455667788990aabbccddeeff",
+            "+0112233445566778899aabbccddeeff",
+        ] {
+            assert_eq!(parse_uuid(bad), None, "{bad}");
+        }
     }
 
     #[test]

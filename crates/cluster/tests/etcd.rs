@@ -573,3 +573,188 @@ async fn watch_and_updates_recover_after_etcd_restarts() {
     assert!(map.pool_by_name("before").is_some());
     eprintln!("watch caught up {:?} after the restart began", t.elapsed());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nvmf_subsystems_namespaces_and_hosts_with_clear_errors() {
+    let etcd = etcd();
+    let s = store(&etcd, "nvmf").await;
+    let mut rx = s.watch().await.unwrap();
+    s.create_pool("p", 1, 1, 4, FailureDomain::Osd)
+        .await
+        .unwrap();
+    s.create_volume("a", "p", 1 << 20).await.unwrap();
+    s.create_volume("b", "p", 1 << 20).await.unwrap();
+    let nqn = "nqn.2024-01.io.pontoon:db/one";
+
+    let rec = s.nvmf_add_subsystem(nqn).await.unwrap();
+    assert!(rec.namespaces.is_empty() && rec.hosts.is_empty());
+    let err = s.nvmf_add_subsystem(nqn).await.unwrap_err();
+    assert!(
+        matches!(
+            err,
+            ClusterError::AlreadyExists {
+                kind: "subsystem",
+                ..
+            }
+        ),
+        "{err}"
+    );
+    assert_eq!(err.to_string(), format!("subsystem {nqn} already exists"));
+    for bad in [
+        String::new(),
+        "nqn.a b".to_string(),
+        format!("nqn.{}", "x".repeat(220)),
+        "nqn.2014-08.org.nvmexpress.discovery".to_string(),
+    ] {
+        let err = s.nvmf_add_subsystem(&bad).await.unwrap_err();
+        assert!(
+            matches!(err, ClusterError::InvalidArgument(_)),
+            "{bad:?}: {err}"
+        );
+    }
+    // One key per subsystem, its NQN escaped into one path segment.
+    let mut raw = etcd_client::Client::connect(etcd.endpoints(), None)
+        .await
+        .unwrap();
+    let got = raw
+        .get("/pontoon/nvmf/nvmf/nqn.2024-01.io.pontoon:db%2Fone", None)
+        .await
+        .unwrap();
+    assert_eq!(
+        got.kvs().len(),
+        1,
+        "the record is stored under its escaped key"
+    );
+
+    // Namespaces: the lowest free id by default, a chosen one on request.
+    assert_eq!(s.nvmf_add_namespace(nqn, "a", None).await.unwrap(), 1);
+    assert_eq!(s.nvmf_add_namespace(nqn, "b", Some(7)).await.unwrap(), 7);
+    let err = s.nvmf_add_namespace(nqn, "a", None).await.unwrap_err();
+    assert!(
+        matches!(err, ClusterError::InUse { kind: "volume", .. }),
+        "{err}"
+    );
+    assert!(err.to_string().contains("already namespace 1"), "{err}");
+    let err = s.nvmf_add_namespace(nqn, "ghost", None).await.unwrap_err();
+    assert_eq!(err.to_string(), "volume ghost not found");
+    let err = s
+        .nvmf_add_namespace("nqn.nope", "a", None)
+        .await
+        .unwrap_err();
+    assert_eq!(err.to_string(), "subsystem nqn.nope not found");
+    for id in [0, u32::MAX] {
+        let err = s.nvmf_add_namespace(nqn, "a", Some(id)).await.unwrap_err();
+        assert!(
+            matches!(err, ClusterError::InvalidArgument(_)),
+            "{id}: {err}"
+        );
+    }
+    // The same volume may be exported by a second subsystem.
+    s.nvmf_add_subsystem("nqn.2024-01.io.pontoon:two")
+        .await
+        .unwrap();
+    let nsid = s
+        .nvmf_add_namespace("nqn.2024-01.io.pontoon:two", "b", Some(1))
+        .await
+        .unwrap();
+    assert_eq!(nsid, 1);
+    let err = s
+        .nvmf_add_namespace("nqn.2024-01.io.pontoon:two", "a", Some(1))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            ClusterError::AlreadyExists {
+                kind: "namespace",
+                ..
+            }
+        ),
+        "{err}"
+    );
+
+    // Hosts.
+    let host = "nqn.2014-08.org.nvmexpress:uuid:11111111-2222-3333-4444-555555555555";
+    s.nvmf_allow_host(nqn, host).await.unwrap();
+    let err = s.nvmf_allow_host(nqn, host).await.unwrap_err();
+    assert!(matches!(err, ClusterError::AlreadyExists { .. }), "{err}");
+    let err = s.nvmf_allow_host(nqn, "").await.unwrap_err();
+    assert!(matches!(err, ClusterError::InvalidArgument(_)), "{err}");
+    let err = s.nvmf_allow_host("nqn.nope", host).await.unwrap_err();
+    assert_eq!(err.to_string(), "subsystem nqn.nope not found");
+
+    let map = wait_for(&mut rx, Duration::from_secs(2), |m| {
+        m.nvmf.get(nqn).is_some_and(|r| r.hosts.contains(host))
+    })
+    .await;
+    let rec = &map.nvmf[nqn];
+    assert_eq!(
+        rec.namespaces.keys().copied().collect::<Vec<_>>(),
+        vec![1, 7]
+    );
+    assert_eq!(rec.namespaces[&1].volume, "a");
+    let uuids: Vec<[u8; 16]> = rec
+        .namespaces
+        .values()
+        .map(|ns| ns.uuid_bytes().expect("a well-formed uuid"))
+        .collect();
+    assert_ne!(uuids[0], uuids[1], "every namespace gets its own UUID");
+    assert_eq!(uuids[0][6] >> 4, 4, "a version 4 UUID");
+    assert_eq!(map.nvmf_exports_of("b").len(), 2);
+
+    // A volume exported as a namespace cannot be removed.
+    let err = s.remove_volume("a").await.unwrap_err();
+    assert!(
+        matches!(err, ClusterError::InUse { kind: "volume", .. }),
+        "{err}"
+    );
+    assert!(
+        err.to_string()
+            .contains(&format!("namespace 1 of NVMe-oF subsystem {nqn}")),
+        "{err}"
+    );
+    let err = s.remove_volume("b").await.unwrap_err();
+    assert!(err.to_string().contains("(and 1 more)"), "{err}");
+    assert!(s.load().await.unwrap().volume_by_name("a").is_some());
+
+    let ns = s.nvmf_remove_namespace(nqn, 1).await.unwrap();
+    assert_eq!(ns.volume, "a");
+    let err = s.nvmf_remove_namespace(nqn, 1).await.unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        format!("namespace 1 of subsystem {nqn} not found")
+    );
+    s.remove_volume("a").await.unwrap();
+    // The freed id is handed out again.
+    s.create_volume("c", "p", 1 << 20).await.unwrap();
+    assert_eq!(s.nvmf_add_namespace(nqn, "c", None).await.unwrap(), 1);
+
+    s.nvmf_disallow_host(nqn, host).await.unwrap();
+    let err = s.nvmf_disallow_host(nqn, host).await.unwrap_err();
+    assert!(
+        matches!(err, ClusterError::NotFound { kind: "host", .. }),
+        "{err}"
+    );
+
+    let removed = s.nvmf_remove_subsystem(nqn).await.unwrap();
+    assert_eq!(removed.namespaces.len(), 2);
+    let err = s.nvmf_remove_subsystem(nqn).await.unwrap_err();
+    assert!(
+        matches!(
+            err,
+            ClusterError::NotFound {
+                kind: "subsystem",
+                ..
+            }
+        ),
+        "{err}"
+    );
+    let map = wait_for(&mut rx, Duration::from_secs(2), |m| {
+        !m.nvmf.contains_key(nqn)
+    })
+    .await;
+    assert_eq!(map.nvmf.len(), 1);
+    // The volumes it exported are free to go now (b is still in "two").
+    s.remove_volume("c").await.unwrap();
+    assert!(s.remove_volume("b").await.is_err());
+}

@@ -42,6 +42,8 @@ const ETCD_START: Duration = Duration::from_secs(30);
 const OSD_REGISTER: Duration = Duration::from_secs(60);
 /// How long all OSDs may take to hold their leases once registered.
 const OSDS_ALIVE: Duration = Duration::from_secs(30);
+/// How long a gateway may take to listen.
+const GATEWAY_START: Duration = Duration::from_secs(30);
 /// How long stopping processes may take before they are killed.
 const STOP_GRACE: Duration = Duration::from_secs(20);
 /// How often the foreground loop looks at its children and signals.
@@ -79,7 +81,12 @@ pub struct UpArgs {
     /// Also run an NBD gateway serving every volume on this address,
     /// e.g. 127.0.0.1:10809.
     #[arg(long, value_name = "ADDR")]
-    nbd: Option<std::net::SocketAddr>,
+    nbd: Option<SocketAddr>,
+    /// Also run an NVMe/TCP gateway serving the cluster's NVMe-oF
+    /// subsystems (`pontoon nvmf subsystem ...`) on this address,
+    /// e.g. 127.0.0.1:4420.
+    #[arg(long, value_name = "ADDR")]
+    nvmf: Option<SocketAddr>,
 }
 
 /// Runs `pontoon up`.
@@ -122,8 +129,13 @@ pub fn run(args: UpArgs) -> Result<()> {
         etcd: None,
         osds: BTreeMap::new(),
         mgr: None,
-        nbd_listen: args.nbd,
-        nbd: None,
+        gateways: [
+            args.nbd.map(|a| Gateway::new(GatewayKind::Nbd, a)),
+            args.nvmf.map(|a| Gateway::new(GatewayKind::Nvmf, a)),
+        ]
+        .into_iter()
+        .flatten()
+        .collect(),
     };
     let result = rt.block_on(async {
         let ready = cluster.start(&stop).await;
@@ -218,10 +230,149 @@ struct Cluster {
     /// osd start` is not a child; it is found through its pid file).
     osds: BTreeMap<u32, Child>,
     mgr: Option<(watch::Sender<bool>, JoinHandle<()>)>,
-    /// Where the NBD gateway should listen, if one was asked for.
-    nbd_listen: Option<std::net::SocketAddr>,
-    /// The NBD gateway child.
-    nbd: Option<Child>,
+    /// The gateways asked for (NBD, NVMe/TCP), started after the manager.
+    gateways: Vec<Gateway>,
+}
+
+/// A front-end gateway `pontoon up` runs as a child process.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum GatewayKind {
+    /// `pontoon nbd`.
+    Nbd,
+    /// `pontoon nvmf` (no subcommand).
+    Nvmf,
+}
+
+impl GatewayKind {
+    /// The subcommand, also the name of its pid and log files.
+    fn command(self) -> &'static str {
+        match self {
+            GatewayKind::Nbd => "nbd",
+            GatewayKind::Nvmf => "nvmf",
+        }
+    }
+
+    /// How messages name it.
+    fn label(self) -> &'static str {
+        match self {
+            GatewayKind::Nbd => "the NBD gateway",
+            GatewayKind::Nvmf => "the NVMe/TCP gateway",
+        }
+    }
+
+    /// What clients connect to.
+    fn endpoint(self, addr: SocketAddr) -> String {
+        match self {
+            GatewayKind::Nbd => format!("nbd://{addr}/<volume>"),
+            GatewayKind::Nvmf => format!("nvme-tcp://{addr}"),
+        }
+    }
+}
+
+/// One gateway child: `pontoon <kind> --listen ADDR --etcd ... --cluster-name ...`,
+/// with `run/<kind>.pid` and `log/<kind>.log`.
+struct Gateway {
+    kind: GatewayKind,
+    addr: SocketAddr,
+    child: Option<Child>,
+}
+
+impl Gateway {
+    fn new(kind: GatewayKind, addr: SocketAddr) -> Self {
+        Self {
+            kind,
+            addr,
+            child: None,
+        }
+    }
+
+    fn pid_file(&self, layout: &Layout) -> PathBuf {
+        layout
+            .run_dir()
+            .join(format!("{}.pid", self.kind.command()))
+    }
+
+    fn log_file(&self, layout: &Layout) -> PathBuf {
+        layout
+            .log_dir()
+            .join(format!("{}.log", self.kind.command()))
+    }
+
+    /// Starts the gateway and waits until it accepts connections.
+    async fn start(
+        &mut self,
+        exe: &Path,
+        layout: &Layout,
+        file: &ClusterFile,
+        stop: &AtomicBool,
+    ) -> Result<()> {
+        let (addr, label) = (self.addr, self.kind.label());
+        let log = self.log_file(layout);
+        let args: Vec<String> = vec![
+            self.kind.command().into(),
+            "--listen".into(),
+            addr.to_string(),
+            "--etcd".into(),
+            file.etcd.clone(),
+            "--cluster-name".into(),
+            file.cluster_name.clone(),
+        ];
+        let child = procs::spawn(exe, &args, &log, Attach::Child)?;
+        procs::write_pid(&self.pid_file(layout), child.id())?;
+        let child = self.child.insert(child);
+        let deadline = Instant::now() + GATEWAY_START;
+        loop {
+            check_stop(stop)?;
+            if let Ok(Some(status)) = child.try_wait() {
+                bail!(
+                    "{label} exited at start ({status}); last lines of {}:\n{}",
+                    log.display(),
+                    procs::log_tail(&log, 10)
+                );
+            }
+            if TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok() {
+                return Ok(());
+            }
+            if Instant::now() >= deadline {
+                bail!(
+                    "{label} did not listen on {addr} within {}; see {}",
+                    format_duration(GATEWAY_START),
+                    log.display()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// Reports (once) a gateway that exited while the cluster runs; it is
+    /// not restarted.
+    fn check_exited(&mut self, layout: &Layout) {
+        if let Some(child) = &mut self.child
+            && let Ok(Some(status)) = child.try_wait()
+        {
+            eprintln!(
+                "{} (pid {}) exited: {status}; see {}",
+                self.kind.label(),
+                child.id(),
+                self.log_file(layout).display()
+            );
+            self.child = None;
+            let _ = std::fs::remove_file(self.pid_file(layout));
+        }
+    }
+
+    /// Stops the gateway: SIGTERM, SIGKILL after the grace time.
+    fn stop(&mut self, layout: &Layout) {
+        if let Some(mut child) = self.child.take() {
+            procs::signal(child.id(), libc::SIGTERM);
+            if !procs::wait_child(&mut child, STOP_GRACE) {
+                eprintln!("{} did not stop in time: killing it", self.kind.label());
+                procs::signal(child.id(), libc::SIGKILL);
+                procs::wait_child(&mut child, Duration::from_secs(5));
+            }
+            let _ = std::fs::remove_file(self.pid_file(layout));
+        }
+    }
 }
 
 impl Cluster {
@@ -245,8 +396,8 @@ impl Cluster {
         let (tx, rx) = watch::channel(false);
         let task = tokio::spawn(pontoon_mgr::run(store.clone(), mgr_cfg, rx));
         self.mgr = Some((tx, task));
-        if let Some(addr) = self.nbd_listen {
-            self.start_nbd(&exe, addr, stop).await?;
+        for gw in &mut self.gateways {
+            gw.start(&exe, &self.layout, &self.file, stop).await?;
         }
         self.file.store(&self.layout.dir)?;
         self.print_ready(&store).await;
@@ -316,49 +467,6 @@ impl Cluster {
 
     /// Starts OSD `id` and waits until it has registered (so the next one
     /// cannot take its id).
-    /// Starts the NBD gateway and waits until it accepts connections.
-    async fn start_nbd(
-        &mut self,
-        exe: &Path,
-        addr: std::net::SocketAddr,
-        stop: &AtomicBool,
-    ) -> Result<()> {
-        let log = self.layout.dir.join("log").join("nbd.log");
-        let args: Vec<String> = vec![
-            "nbd".into(),
-            "--listen".into(),
-            addr.to_string(),
-            "--etcd".into(),
-            self.file.etcd.clone(),
-            "--cluster-name".into(),
-            self.file.cluster_name.clone(),
-        ];
-        let child = procs::spawn(exe, &args, &log, Attach::Child)?;
-        procs::write_pid(&self.layout.dir.join("run").join("nbd.pid"), child.id())?;
-        let child = self.nbd.insert(child);
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            check_stop(stop)?;
-            if let Ok(Some(status)) = child.try_wait() {
-                bail!(
-                    "the NBD gateway exited at start ({status}); last lines of {}:\n{}",
-                    log.display(),
-                    procs::log_tail(&log, 10)
-                );
-            }
-            if std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok() {
-                return Ok(());
-            }
-            if Instant::now() >= deadline {
-                bail!(
-                    "the NBD gateway did not listen on {addr} within 30 s; see {}",
-                    log.display()
-                );
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-    }
-
     async fn start_osd(
         &mut self,
         exe: &Path,
@@ -460,8 +568,15 @@ impl Cluster {
                 .unwrap_or_default();
             println!("  osd.{id:<4} {addrs}  pid {}", child.id());
         }
-        if let (Some(addr), Some(child)) = (self.nbd_listen, &self.nbd) {
-            println!("  nbd      nbd://{addr}/<volume>  pid {}", child.id());
+        for gw in &self.gateways {
+            if let Some(child) = &gw.child {
+                println!(
+                    "  {:<8} {}  pid {}",
+                    gw.kind.command(),
+                    gw.kind.endpoint(gw.addr),
+                    child.id()
+                );
+            }
         }
         println!("  config   {dir}/cluster.toml");
         println!("  logs     {dir}/log/");
@@ -504,6 +619,9 @@ impl Cluster {
                     self.layout.dir.display()
                 );
             }
+            for gw in &mut self.gateways {
+                gw.check_exited(&self.layout);
+            }
             if let Some((_, task)) = &self.mgr
                 && task.is_finished()
             {
@@ -513,18 +631,12 @@ impl Cluster {
         }
     }
 
-    /// Stops everything, in order: manager, OSDs (children and ones
+    /// Stops everything, in order: gateways, manager, OSDs (children and ones
     /// restarted by `osd start`), etcd. Bounded: what does not stop in
     /// time is killed.
     async fn shutdown(&mut self) {
-        if let Some(mut nbd) = self.nbd.take() {
-            procs::signal(nbd.id(), libc::SIGTERM);
-            if !procs::wait_child(&mut nbd, STOP_GRACE) {
-                eprintln!("the NBD gateway did not stop in time: killing it");
-                procs::signal(nbd.id(), libc::SIGKILL);
-                procs::wait_child(&mut nbd, Duration::from_secs(5));
-            }
-            let _ = std::fs::remove_file(self.layout.dir.join("run").join("nbd.pid"));
+        for gw in &mut self.gateways {
+            gw.stop(&self.layout);
         }
         if let Some((tx, task)) = self.mgr.take() {
             let _ = tx.send(true);
@@ -588,9 +700,9 @@ impl Drop for Cluster {
     fn drop(&mut self) {
         // Only reached without `shutdown` on a panic: kill what is left.
         for child in self
-            .nbd
-            .as_mut()
-            .into_iter()
+            .gateways
+            .iter_mut()
+            .filter_map(|g| g.child.as_mut())
             .chain(self.osds.values_mut())
             .chain(self.etcd.as_mut())
         {

@@ -1,7 +1,7 @@
 //! `pontoon`: the one command-line binary of Pontoon, a scale-out block
 //! storage system for NVMe.
 //!
-//! Cluster commands (`pool`, `volume`, `status`, `osd start`) find the
+//! Cluster commands (`pool`, `volume`, `nvmf`, `status`, `osd start`) find the
 //! cluster through `--cluster DIR`, `--etcd URL` or the environment (see
 //! [`cluster_args`]); they print `error: ...` and exit 1 on failure (clap's
 //! usage errors exit 2).
@@ -11,6 +11,7 @@ mod cmd_bench;
 mod cmd_demo;
 mod cmd_mgr;
 mod cmd_nbd;
+mod cmd_nvmf;
 mod cmd_osd;
 mod cmd_pool;
 mod cmd_status;
@@ -52,6 +53,9 @@ enum Command {
     Status(cmd_status::StatusArgs),
     /// Serve every volume over NBD (qemu, nbd-client, libnbd tools, fio).
     Nbd(cmd_nbd::NbdArgs),
+    /// Manage NVMe-oF subsystems, namespaces and allowed hosts; with no
+    /// subcommand, run the NVMe/TCP gateway that serves them.
+    Nvmf(cmd_nvmf::NvmfArgs),
     /// Load a volume through the client library and measure it.
     Bench(cmd_bench::BenchArgs),
     /// Benchmark the device store against raw fio on the same filesystem.
@@ -74,6 +78,7 @@ fn main() {
     let default_filter = match &cli.command {
         Command::Up(_) => "warn,pontoon_mgr=info",
         Command::Osd(_) | Command::Mgr(_) | Command::Nbd(_) => "info",
+        Command::Nvmf(a) if a.is_gateway() => "info",
         _ => "warn",
     };
     tracing_subscriber::fmt()
@@ -93,6 +98,7 @@ fn main() {
         Command::Volume(a) => cmd_volume::run(a),
         Command::Status(a) => cmd_status::run(a),
         Command::Nbd(a) => cmd_nbd::run(a),
+        Command::Nvmf(a) => cmd_nvmf::run(a),
         Command::Bench(a) => cmd_bench::run(a),
         Command::StoreBench(a) => store_bench::run(a),
         Command::StoreStartup(a) => store_startup::run(a),

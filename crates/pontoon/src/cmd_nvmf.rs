@@ -1,0 +1,498 @@
+//! `pontoon nvmf`: NVMe-oF subsystems in the cluster map (`subsystem`,
+//! `ns`, `host`), and, with no subcommand, the NVMe/TCP gateway that
+//! exports them.
+//!
+//! The map holds the configuration (one record per subsystem, see
+//! `pontoon_cluster::NvmfSubsystemRecord`); every gateway follows it, so
+//! a namespace added or a host allowed here takes effect on every gateway
+//! within about a second, without restarting them.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, anyhow};
+use clap::{Args, Subcommand};
+use pontoon_client::{Client, ClusterCatalog, MapFeed};
+use pontoon_cluster::ClusterMap;
+use pontoon_cluster::model::{NvmfSubsystemRecord, format_uuid};
+use pontoon_nvmf::{NamespaceConfig, SubsystemConfig, Subsystems, TargetConfig, check_nqn};
+use pontoon_types::format_size;
+use serde::Serialize;
+
+use crate::cluster_args::ClusterArgs;
+
+/// How often the gateway compares the map it holds with the subsystems it
+/// serves. `MapFeed` publishes each new map (its etcd watch delivers
+/// changes within tens of milliseconds) but has no change notification,
+/// so the gateway polls it: one lock, one `Arc` clone and a comparison of
+/// the small `nvmf` table, bounded and cheap.
+const CONFIG_POLL: Duration = Duration::from_millis(500);
+
+/// Arguments of `pontoon nvmf`.
+#[derive(Args, Debug)]
+#[command(args_conflicts_with_subcommands = true)]
+pub struct NvmfArgs {
+    /// Where to find the cluster.
+    #[command(flatten)]
+    pub cluster: ClusterArgs,
+    /// Run the gateway (no subcommand) with these settings.
+    #[command(flatten)]
+    pub gateway: GatewayArgs,
+    #[command(subcommand)]
+    cmd: Option<NvmfCmd>,
+}
+
+impl NvmfArgs {
+    /// Whether this runs the gateway (a daemon) rather than a one-shot command.
+    pub fn is_gateway(&self) -> bool {
+        self.cmd.is_none()
+    }
+}
+
+/// Settings of the gateway (`pontoon nvmf` with no subcommand).
+#[derive(Args, Debug)]
+pub struct GatewayArgs {
+    /// Address to listen on (NVMe/TCP's port is 4420).
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:4420")]
+    pub listen: SocketAddr,
+    /// Worker threads (each with its own io_uring runtime and connections).
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    pub workers: usize,
+    /// Let any host connect to every subsystem, ignoring the allow-lists
+    /// (for tests and closed networks).
+    #[arg(long)]
+    pub allow_any_host: bool,
+}
+
+#[derive(Subcommand, Debug)]
+enum NvmfCmd {
+    /// Create, list and remove NVMe-oF subsystems.
+    #[command(subcommand, alias = "subsys")]
+    Subsystem(SubsystemCmd),
+    /// Export volumes as namespaces of a subsystem.
+    #[command(subcommand, alias = "namespace")]
+    Ns(NsCmd),
+    /// Manage a subsystem's allow-list of host NQNs.
+    #[command(subcommand)]
+    Host(HostCmd),
+}
+
+#[derive(Subcommand, Debug)]
+enum SubsystemCmd {
+    /// Create a subsystem (no namespaces, no hosts allowed yet).
+    Add {
+        /// Its NQN, e.g. nqn.2024-01.io.pontoon:db1.
+        nqn: String,
+    },
+    /// List subsystems.
+    Ls {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Remove a subsystem with its namespaces and allow-list (the volumes
+    /// stay).
+    Rm {
+        /// Its NQN.
+        nqn: String,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+enum NsCmd {
+    /// Export a volume as a namespace of a subsystem; prints the namespace id.
+    Add {
+        /// The subsystem's NQN.
+        nqn: String,
+        /// The volume's name.
+        volume: String,
+        /// Namespace id (default: the lowest free one).
+        #[arg(long, value_name = "N")]
+        nsid: Option<u32>,
+    },
+    /// List a subsystem's namespaces.
+    Ls {
+        /// The subsystem's NQN.
+        nqn: String,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Stop exporting a namespace (the volume stays).
+    Rm {
+        /// The subsystem's NQN.
+        nqn: String,
+        /// The namespace id.
+        nsid: u32,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+enum HostCmd {
+    /// Allow a host NQN to connect to a subsystem.
+    Allow {
+        /// The subsystem's NQN.
+        nqn: String,
+        /// The host's NQN (Linux: /etc/nvme/hostnqn).
+        host: String,
+    },
+    /// List the hosts allowed to connect to a subsystem.
+    Ls {
+        /// The subsystem's NQN.
+        nqn: String,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Remove a host from a subsystem's allow-list.
+    #[command(alias = "disallow")]
+    Rm {
+        /// The subsystem's NQN.
+        nqn: String,
+        /// The host's NQN.
+        host: String,
+    },
+}
+
+/// A namespace as the listings print it.
+#[derive(Serialize)]
+struct NamespaceView {
+    nsid: u32,
+    volume: String,
+    uuid: String,
+    /// The volume's size (`None` if the volume is missing from the map).
+    size_bytes: Option<u64>,
+}
+
+/// A subsystem as `subsystem ls --json` prints it.
+#[derive(Serialize)]
+struct SubsystemView {
+    nqn: String,
+    namespaces: Vec<NamespaceView>,
+    hosts: Vec<String>,
+}
+
+fn namespaces_view(map: &ClusterMap, s: &NvmfSubsystemRecord) -> Vec<NamespaceView> {
+    s.namespaces
+        .iter()
+        .map(|(id, ns)| NamespaceView {
+            nsid: *id,
+            volume: ns.volume.clone(),
+            uuid: ns
+                .uuid_bytes()
+                .map_or_else(|| ns.uuid.clone(), |b| format_uuid(&b)),
+            size_bytes: map.volume_by_name(&ns.volume).map(|v| v.size_bytes),
+        })
+        .collect()
+}
+
+fn subsystem_view(map: &ClusterMap, s: &NvmfSubsystemRecord) -> SubsystemView {
+    SubsystemView {
+        nqn: s.nqn.clone(),
+        namespaces: namespaces_view(map, s),
+        hosts: s.hosts.iter().cloned().collect(),
+    }
+}
+
+/// The subsystem `nqn` of `map`, or a "not found" error.
+fn subsystem<'m>(map: &'m ClusterMap, nqn: &str) -> Result<&'m NvmfSubsystemRecord> {
+    map.nvmf
+        .get(nqn)
+        .ok_or_else(|| anyhow!("subsystem {nqn} not found"))
+}
+
+/// Checks an NQN given on the command line (subsystem or host).
+fn valid_nqn(what: &str, nqn: &str) -> Result<()> {
+    check_nqn(nqn).map_err(|e| anyhow!("invalid {what} NQN: {e}"))
+}
+
+/// Runs `pontoon nvmf ...`.
+pub fn run(args: NvmfArgs) -> Result<()> {
+    let Some(cmd) = args.cmd else {
+        return run_gateway(&args.cluster, &args.gateway);
+    };
+    // NQNs are checked before connecting: a typo fails fast. Only where one
+    // is created; an existing one is simply looked up.
+    match &cmd {
+        NvmfCmd::Subsystem(SubsystemCmd::Add { nqn }) => valid_nqn("subsystem", nqn)?,
+        NvmfCmd::Host(HostCmd::Allow { host, .. }) => valid_nqn("host", host)?,
+        _ => {}
+    }
+    crate::runtime()?.block_on(async move {
+        let (store, _) = args.cluster.connect().await?;
+        match cmd {
+            NvmfCmd::Subsystem(SubsystemCmd::Add { nqn }) => {
+                store.nvmf_add_subsystem(&nqn).await?;
+                println!("subsystem {nqn} created");
+            }
+            NvmfCmd::Subsystem(SubsystemCmd::Ls { json }) => {
+                let map = store.load().await?;
+                let subs: Vec<SubsystemView> =
+                    map.nvmf.values().map(|s| subsystem_view(&map, s)).collect();
+                if json {
+                    println!("{}", serde_json::to_string_pretty(&subs)?);
+                } else if subs.is_empty() {
+                    println!("no subsystems");
+                } else {
+                    println!("{:<48} {:>10} {:>6}", "NQN", "NAMESPACES", "HOSTS");
+                    for s in subs {
+                        println!(
+                            "{:<48} {:>10} {:>6}",
+                            s.nqn,
+                            s.namespaces.len(),
+                            s.hosts.len()
+                        );
+                    }
+                }
+            }
+            NvmfCmd::Subsystem(SubsystemCmd::Rm { nqn }) => {
+                let rec = store.nvmf_remove_subsystem(&nqn).await?;
+                println!(
+                    "subsystem {nqn} removed ({} namespace(s) no longer exported)",
+                    rec.namespaces.len()
+                );
+            }
+            NvmfCmd::Ns(NsCmd::Add { nqn, volume, nsid }) => {
+                let id = store.nvmf_add_namespace(&nqn, &volume, nsid).await?;
+                // Only the id, as SPDK's nvmf_subsystem_add_ns prints it:
+                // `NSID=$(pontoon nvmf ns add ...)`.
+                println!("{id}");
+            }
+            NvmfCmd::Ns(NsCmd::Ls { nqn, json }) => {
+                let map = store.load().await?;
+                let list = namespaces_view(&map, subsystem(&map, &nqn)?);
+                if json {
+                    println!("{}", serde_json::to_string_pretty(&list)?);
+                } else if list.is_empty() {
+                    println!("subsystem {nqn} has no namespaces");
+                } else {
+                    println!("{:>5} {:<24} {:>12} UUID", "NSID", "VOLUME", "SIZE");
+                    for ns in list {
+                        let size = ns.size_bytes.map_or_else(|| "-".into(), format_size);
+                        println!("{:>5} {:<24} {size:>12} {}", ns.nsid, ns.volume, ns.uuid);
+                    }
+                }
+            }
+            NvmfCmd::Ns(NsCmd::Rm { nqn, nsid }) => {
+                let ns = store.nvmf_remove_namespace(&nqn, nsid).await?;
+                println!(
+                    "namespace {nsid} of subsystem {nqn} removed (volume {} is no longer exported there)",
+                    ns.volume
+                );
+            }
+            NvmfCmd::Host(HostCmd::Allow { nqn, host }) => {
+                store.nvmf_allow_host(&nqn, &host).await?;
+                println!("host {host} may connect to subsystem {nqn}");
+            }
+            NvmfCmd::Host(HostCmd::Ls { nqn, json }) => {
+                let map = store.load().await?;
+                let hosts: Vec<&String> = subsystem(&map, &nqn)?.hosts.iter().collect();
+                if json {
+                    println!("{}", serde_json::to_string_pretty(&hosts)?);
+                } else if hosts.is_empty() {
+                    println!(
+                        "no hosts may connect to subsystem {nqn} (unless a gateway runs with --allow-any-host)"
+                    );
+                } else {
+                    for h in hosts {
+                        println!("{h}");
+                    }
+                }
+            }
+            NvmfCmd::Host(HostCmd::Rm { nqn, host }) => {
+                store.nvmf_disallow_host(&nqn, &host).await?;
+                println!(
+                    "host {host} removed from the allow-list of subsystem {nqn} (new connections are refused; existing ones stay until they close)"
+                );
+            }
+        }
+        Ok(())
+    })
+}
+
+/// What the target serves for `nvmf`, the map's subsystem table. A
+/// namespace whose UUID does not parse (the map load refuses such records,
+/// so only a hand-edited map could hold one) is left out with a warning.
+pub fn target_config(nvmf: &BTreeMap<String, NvmfSubsystemRecord>) -> Vec<SubsystemConfig> {
+    nvmf.values()
+        .map(|s| SubsystemConfig {
+            nqn: s.nqn.clone(),
+            namespaces: s
+                .namespaces
+                .iter()
+                .filter_map(|(id, ns)| match ns.uuid_bytes() {
+                    Some(uuid) => Some(NamespaceConfig {
+                        nsid: *id,
+                        volume: ns.volume.clone(),
+                        uuid,
+                    }),
+                    None => {
+                        tracing::warn!(
+                            subsystem = %s.nqn,
+                            nsid = id,
+                            uuid = %ns.uuid,
+                            "namespace left out: its UUID is malformed"
+                        );
+                        None
+                    }
+                })
+                .collect(),
+            allowed_hosts: s.hosts.iter().cloned().collect(),
+        })
+        .collect()
+}
+
+/// Logs subsystems that no host may connect to.
+fn warn_closed(nvmf: &BTreeMap<String, NvmfSubsystemRecord>, allow_any_host: bool) {
+    if allow_any_host {
+        return;
+    }
+    for s in nvmf.values().filter(|s| s.hosts.is_empty()) {
+        tracing::warn!(
+            "subsystem {} allows no host yet: `pontoon nvmf host allow {} HOSTNQN`",
+            s.nqn,
+            s.nqn
+        );
+    }
+}
+
+/// Runs the gateway until SIGINT or SIGTERM.
+fn run_gateway(cluster: &ClusterArgs, args: &GatewayArgs) -> Result<()> {
+    let target = cluster.resolve()?;
+    let stop = crate::cmd_osd::stop_flag()?;
+    let feed = MapFeed::connect(&target.endpoints, &target.name)
+        .with_context(|| format!("loading the map of cluster {:?}", target.name))?;
+    let mut served = feed.current().nvmf.clone();
+    let subsystems = Subsystems::new(target_config(&served));
+    let config = TargetConfig {
+        listen: args.listen,
+        workers: args.workers.max(1),
+        allow_any_host: args.allow_any_host,
+        ..Default::default()
+    };
+    let factory_feed = feed.clone();
+    let server = match pontoon_nvmf::start(
+        config,
+        subsystems.clone(),
+        Arc::new(move || ClusterCatalog::new(Client::new(factory_feed.clone()))),
+    ) {
+        Ok(s) => s,
+        Err(e) => {
+            feed.shutdown();
+            return Err(anyhow!(
+                "starting the NVMe/TCP target on {}: {e}",
+                args.listen
+            ));
+        }
+    };
+    println!(
+        "nvmf: serving the {} NVMe-oF subsystem(s) of cluster {:?} on nvme-tcp://{}{}",
+        served.len(),
+        target.name,
+        server.local_addr(),
+        if args.allow_any_host {
+            " to any host"
+        } else {
+            ""
+        }
+    );
+    warn_closed(&served, args.allow_any_host);
+    let mut last_poll = Instant::now();
+    while !stop.load(Ordering::Relaxed) {
+        std::thread::sleep(Duration::from_millis(100));
+        if last_poll.elapsed() < CONFIG_POLL {
+            continue;
+        }
+        last_poll = Instant::now();
+        let map = feed.current();
+        if map.nvmf != served {
+            served = map.nvmf.clone();
+            subsystems.set(target_config(&served));
+            tracing::info!(
+                epoch = map.epoch.0,
+                subsystems = served.len(),
+                namespaces = served.values().map(|s| s.namespaces.len()).sum::<usize>(),
+                "NVMe-oF configuration changed"
+            );
+            warn_closed(&served, args.allow_any_host);
+        }
+    }
+    let stopped = server.stop();
+    feed.shutdown();
+    stopped.map_err(|e| anyhow!("stopping the NVMe/TCP target: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pontoon_cluster::model::NvmfNamespaceRecord;
+
+    #[test]
+    fn the_discovery_nqn_is_the_same_in_the_map_and_the_target() {
+        assert_eq!(
+            pontoon_cluster::model::NVMF_DISCOVERY_NQN,
+            pontoon_nvmf::DISCOVERY_NQN
+        );
+        assert_eq!(
+            pontoon_cluster::model::NVMF_MAX_NQN_LEN,
+            pontoon_nvmf::MAX_NQN_LEN
+        );
+    }
+
+    #[test]
+    fn map_records_become_target_subsystems() {
+        let mut rec = NvmfSubsystemRecord {
+            nqn: "nqn.x:a".into(),
+            ..Default::default()
+        };
+        rec.namespaces.insert(
+            3,
+            NvmfNamespaceRecord {
+                volume: "v".into(),
+                uuid: "00112233-4455-6677-8899-aabbccddeeff".into(),
+            },
+        );
+        rec.namespaces.insert(
+            1,
+            NvmfNamespaceRecord {
+                volume: "w".into(),
+                uuid: "ffeeddccbbaa99887766554433221100".into(),
+            },
+        );
+        rec.namespaces.insert(
+            2,
+            NvmfNamespaceRecord {
+                volume: "broken".into(),
+                uuid: "nope".into(),
+            },
+        );
+        rec.hosts.insert("nqn.h".into());
+        let table = BTreeMap::from([(rec.nqn.clone(), rec)]);
+        let cfg = target_config(&table);
+        assert_eq!(cfg.len(), 1);
+        assert_eq!(cfg[0].nqn, "nqn.x:a");
+        assert_eq!(cfg[0].allowed_hosts, vec!["nqn.h".to_string()]);
+        let ids: Vec<u32> = cfg[0].namespaces.iter().map(|n| n.nsid).collect();
+        assert_eq!(ids, vec![1, 3], "the malformed one is left out");
+        assert_eq!(cfg[0].namespaces[1].volume, "v");
+        assert_eq!(
+            cfg[0].namespaces[1].uuid,
+            [
+                0x00, 0x11, 0x22, 0x33, 0x44, 0x55, 0x66, 0x77, 0x88, 0x99, 0xaa, 0xbb, 0xcc, 0xdd,
+                0xee, 0xff
+            ]
+        );
+        assert_eq!(cfg[0].namespaces[0].uuid[0], 0xff);
+    }
+
+    #[test]
+    fn bad_nqns_are_refused_with_the_reason() {
+        let e = valid_nqn("subsystem", "iqn.x").unwrap_err().to_string();
+        assert!(e.starts_with("invalid subsystem NQN: "), "{e}");
+        assert!(e.contains("nqn."), "{e}");
+        assert!(valid_nqn("host", "nqn.2014-08.org.nvmexpress:uuid:1").is_ok());
+    }
+}

@@ -1,0 +1,485 @@
+//! NVMe-oF from the CLI against a real local cluster (`pontoon up`, one
+//! OSD, its own etcd): subsystems, namespaces and allowed hosts in the
+//! cluster map, their listings and error cases; and the gateway `pontoon up
+//! --nvmf ADDR` runs, which answers the NVMe/TCP connection handshake and
+//! stops with the cluster.
+//!
+//! Needs etcd (Debian's etcd-server; scripts/deps.sh installs it).
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+const PONTOON: &str = env!("CARGO_BIN_EXE_pontoon");
+/// Longest `pontoon up` may take to be ready.
+const WAIT: Duration = Duration::from_secs(60);
+/// Longest any one CLI command may take.
+const COMMAND_TIMEOUT: Duration = Duration::from_secs(30);
+
+const NQN: &str = "nqn.2024-01.io.pontoon:db";
+const HOST: &str = "nqn.2014-08.org.nvmexpress:uuid:6c2a2b34-1c1e-4d7a-9f7e-4a1d2b3c4d5e";
+
+/// Whether `pid` exists and is not a zombie.
+fn alive(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().next())
+            .is_some_and(|state| state != "Z"),
+        Err(_) => false,
+    }
+}
+
+fn signal(pid: u32, sig: libc::c_int) {
+    let pid = libc::pid_t::try_from(pid).expect("pid fits pid_t");
+    assert!(pid > 0);
+    // SAFETY: kill on one positive pid.
+    unsafe {
+        libc::kill(pid, sig);
+    }
+}
+
+fn read_pid(path: &Path) -> Option<u32> {
+    std::fs::read_to_string(path).ok()?.trim().parse().ok()
+}
+
+/// Whether `pid` belongs to this test's cluster (not a reused pid): its
+/// command line names the directory or, for a gateway, the cluster's etcd.
+fn is_ours(pid: u32, dir: &Path, etcd: &str) -> bool {
+    std::fs::read(format!("/proc/{pid}/cmdline"))
+        .map(|c| {
+            let c = String::from_utf8_lossy(&c);
+            c.contains(&*dir.to_string_lossy()) || (!etcd.is_empty() && c.contains(etcd))
+        })
+        .unwrap_or(false)
+}
+
+/// A running `pontoon up`; on drop (also on panic) it is stopped with
+/// SIGTERM and whatever is left of the cluster is killed by pid.
+struct Up {
+    child: Option<Child>,
+    dir: PathBuf,
+}
+
+impl Up {
+    /// Starts a one-OSD cluster in `dir` with `extra` arguments; its
+    /// stdout goes to `dir/up.out`.
+    fn start(dir: &Path, extra: &[&str]) -> Up {
+        let out = std::fs::File::create(dir.join("up.out")).expect("create up.out");
+        let child = Command::new(PONTOON)
+            .args(["up", "--dir"])
+            .arg(dir)
+            .args(["--osds", "1", "--osd-size", "128M", "--shards", "1"])
+            .args(["--lease-ttl", "3s", "--out-after", "120s"])
+            .args(extra)
+            .stdin(Stdio::null())
+            .stdout(out)
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("run pontoon up");
+        let mut up = Up {
+            child: Some(child),
+            dir: dir.to_path_buf(),
+        };
+        up.wait_ready();
+        up
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.as_ref().map_or(0, Child::id)
+    }
+
+    /// Waits until cluster.toml names this `up` process (it is written
+    /// once the cluster, gateways included, is ready).
+    fn wait_ready(&mut self) {
+        let file = self.dir.join("cluster.toml");
+        let want = format!("pid = \"{}\"", self.pid());
+        let deadline = Instant::now() + WAIT;
+        loop {
+            if std::fs::read_to_string(&file).is_ok_and(|t| t.contains(&want)) {
+                return;
+            }
+            if let Some(child) = &mut self.child
+                && let Ok(Some(status)) = child.try_wait()
+            {
+                panic!("pontoon up exited before it was ready: {status}");
+            }
+            assert!(
+                Instant::now() < deadline,
+                "pontoon up was not ready within {WAIT:?}"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// The etcd URL from cluster.toml (gateways are started with it).
+    fn etcd(&self) -> String {
+        let text = std::fs::read_to_string(self.dir.join("cluster.toml")).unwrap_or_default();
+        text.lines()
+            .find_map(|l| l.strip_prefix("etcd = \""))
+            .and_then(|v| v.strip_suffix('"'))
+            .unwrap_or_default()
+            .to_string()
+    }
+
+    /// Stops `up` with SIGTERM and waits (bounded) for it to exit.
+    fn stop(&mut self) -> std::process::ExitStatus {
+        let mut child = self.child.take().expect("up is running");
+        signal(child.id(), libc::SIGTERM);
+        let deadline = Instant::now() + Duration::from_secs(40);
+        loop {
+            if let Some(status) = child.try_wait().expect("wait for up") {
+                return status;
+            }
+            if Instant::now() >= deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("pontoon up did not stop within 40 s of SIGTERM");
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// Every pid in the directory's pid files.
+    fn pids(&self) -> Vec<u32> {
+        let Ok(entries) = std::fs::read_dir(self.dir.join("run")) else {
+            return Vec::new();
+        };
+        entries
+            .filter_map(Result::ok)
+            .filter_map(|e| read_pid(&e.path()))
+            .collect()
+    }
+}
+
+impl Drop for Up {
+    fn drop(&mut self) {
+        let pids = self.pids();
+        let etcd = self.etcd();
+        if let Some(mut child) = self.child.take() {
+            signal(child.id(), libc::SIGTERM);
+            let deadline = Instant::now() + Duration::from_secs(25);
+            while child.try_wait().ok().flatten().is_none() && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        for pid in pids {
+            if alive(pid) && is_ours(pid, &self.dir, &etcd) {
+                signal(pid, libc::SIGKILL);
+            }
+        }
+    }
+}
+
+/// Runs `pontoon ARGS --cluster DIR` (bounded), returning its output.
+fn pontoon(dir: &Path, args: &[&str]) -> Output {
+    let mut child = Command::new(PONTOON)
+        .args(args)
+        .arg("--cluster")
+        .arg(dir)
+        .env_remove("PONTOON_CLUSTER")
+        .env_remove("PONTOON_ETCD")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run pontoon");
+    let deadline = Instant::now() + COMMAND_TIMEOUT;
+    while child.try_wait().expect("wait").is_none() {
+        if Instant::now() >= deadline {
+            let _ = child.kill();
+            panic!("pontoon {args:?} took longer than {COMMAND_TIMEOUT:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.wait_with_output().expect("collect output")
+}
+
+/// Runs a command that must succeed; returns its stdout.
+fn ok(dir: &Path, args: &[&str]) -> String {
+    let out = pontoon(dir, args);
+    assert!(
+        out.status.success(),
+        "pontoon {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Runs a command that must fail with exit code `code`; returns its stderr.
+fn fails(dir: &Path, args: &[&str], code: i32) -> String {
+    let out = pontoon(dir, args);
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(code), "pontoon {args:?}: {stderr}");
+    stderr
+}
+
+/// Runs a command that must fail with `error: ...` on one line, exit 1,
+/// mentioning every one of `wants`.
+fn fails_with(dir: &Path, args: &[&str], wants: &[&str]) {
+    let e = fails(dir, args, 1);
+    assert!(e.starts_with("error: "), "{args:?}: {e}");
+    assert_eq!(e.trim_end().lines().count(), 1, "{args:?}: {e}");
+    for w in wants {
+        assert!(e.contains(w), "{args:?}: {e:?} does not mention {w:?}");
+    }
+}
+
+fn json(dir: &Path, args: &[&str]) -> Value {
+    let text = ok(dir, args);
+    serde_json::from_str(&text)
+        .unwrap_or_else(|e| panic!("{args:?} printed bad JSON ({e}): {text}"))
+}
+
+fn tempdir(prefix: &str) -> (tempfile::TempDir, PathBuf) {
+    let tmp = tempfile::Builder::new()
+        .prefix(prefix)
+        .tempdir()
+        .expect("tempdir");
+    let dir = tmp.path().canonicalize().expect("canonical tempdir");
+    (tmp, dir)
+}
+
+#[test]
+fn subsystems_namespaces_and_hosts_are_managed_from_the_cli() {
+    let started = Instant::now();
+    let (_tmp, dir) = tempdir("pontoon-nvmf-cli-");
+    let dir = dir.as_path();
+    let up = Up::start(dir, &[]);
+    eprintln!("cluster ready after {:?}", started.elapsed());
+
+    ok(dir, &["pool", "create", "p", "--size", "1", "--pgs", "8"]);
+    ok(dir, &["volume", "create", "v", "--size", "64M"]);
+    ok(dir, &["volume", "create", "w", "--size", "16M"]);
+
+    assert_eq!(
+        json(dir, &["nvmf", "subsystem", "ls", "--json"]),
+        Value::Array(vec![])
+    );
+    assert!(ok(dir, &["nvmf", "subsystem", "ls"]).contains("no subsystems"));
+    let out = ok(dir, &["nvmf", "subsystem", "add", NQN]);
+    assert!(out.contains(&format!("subsystem {NQN} created")), "{out}");
+    assert!(ok(dir, &["nvmf", "ns", "ls", NQN]).contains("no namespaces"));
+    assert!(ok(dir, &["nvmf", "host", "ls", NQN]).contains("no hosts"));
+
+    // `ns add` prints only the namespace id: the lowest free one, or the
+    // one asked for.
+    assert_eq!(ok(dir, &["nvmf", "ns", "add", NQN, "v"]), "1\n");
+    assert_eq!(
+        ok(dir, &["nvmf", "ns", "add", NQN, "w", "--nsid", "5"]),
+        "5\n"
+    );
+    let ns = json(dir, &["nvmf", "ns", "ls", NQN, "--json"]);
+    let list = ns.as_array().expect("an array of namespaces");
+    assert_eq!(list.len(), 2, "{ns:#}");
+    assert_eq!(list[0]["nsid"], 1, "{ns:#}");
+    assert_eq!(list[0]["volume"], "v", "{ns:#}");
+    assert_eq!(list[0]["size_bytes"], 64u64 << 20, "{ns:#}");
+    assert_eq!(list[1]["nsid"], 5, "{ns:#}");
+    assert_eq!(list[1]["volume"], "w", "{ns:#}");
+    for n in list {
+        let uuid = n["uuid"].as_str().expect("a uuid string");
+        assert_eq!(uuid.len(), 36, "{uuid}");
+        assert_eq!(uuid.matches('-').count(), 4, "{uuid}");
+    }
+    assert_ne!(list[0]["uuid"], list[1]["uuid"]);
+    let text = ok(dir, &["nvmf", "ns", "ls", NQN]);
+    assert!(text.contains("NSID") && text.contains(" v "), "{text}");
+
+    let out = ok(dir, &["nvmf", "host", "allow", NQN, HOST]);
+    assert!(out.contains(HOST), "{out}");
+    assert_eq!(
+        json(dir, &["nvmf", "host", "ls", NQN, "--json"]),
+        serde_json::json!([HOST])
+    );
+    assert_eq!(ok(dir, &["nvmf", "host", "ls", NQN]), format!("{HOST}\n"));
+
+    let subs = json(dir, &["nvmf", "subsystem", "ls", "--json"]);
+    assert_eq!(subs[0]["nqn"], NQN, "{subs:#}");
+    assert_eq!(
+        subs[0]["namespaces"].as_array().map(Vec::len),
+        Some(2),
+        "{subs:#}"
+    );
+    assert_eq!(subs[0]["hosts"], serde_json::json!([HOST]), "{subs:#}");
+    let text = ok(dir, &["nvmf", "subsystem", "ls"]);
+    assert!(text.contains(NQN), "{text}");
+
+    // Errors: one line, `error: ...`, exit 1; clap usage errors exit 2.
+    fails_with(
+        dir,
+        &["nvmf", "subsystem", "add", NQN],
+        &["already exists", NQN],
+    );
+    fails_with(
+        dir,
+        &["nvmf", "subsystem", "add", "iqn.2024-01.io.pontoon:x"],
+        &["invalid subsystem NQN", "nqn."],
+    );
+    fails_with(
+        dir,
+        &[
+            "nvmf",
+            "subsystem",
+            "add",
+            "nqn.2014-08.org.nvmexpress.discovery",
+        ],
+        &["discovery"],
+    );
+    fails_with(
+        dir,
+        &["nvmf", "subsystem", "rm", "nqn.nope"],
+        &["subsystem nqn.nope not found"],
+    );
+    fails_with(
+        dir,
+        &["nvmf", "ns", "add", "nqn.nope", "v"],
+        &["subsystem nqn.nope not found"],
+    );
+    fails_with(
+        dir,
+        &["nvmf", "ns", "add", NQN, "ghost"],
+        &["volume ghost not found"],
+    );
+    fails_with(
+        dir,
+        &["nvmf", "ns", "add", NQN, "v"],
+        &["already namespace 1"],
+    );
+    fails_with(
+        dir,
+        &["nvmf", "ns", "add", NQN, "v", "--nsid", "0"],
+        &["namespace id 0"],
+    );
+    fails_with(
+        dir,
+        &["nvmf", "ns", "ls", "nqn.nope"],
+        &["subsystem nqn.nope not found"],
+    );
+    fails_with(
+        dir,
+        &["nvmf", "ns", "rm", NQN, "9"],
+        &["namespace 9 of subsystem", "not found"],
+    );
+    fails_with(
+        dir,
+        &["nvmf", "host", "allow", NQN, "somehost"],
+        &["invalid host NQN"],
+    );
+    fails_with(
+        dir,
+        &["nvmf", "host", "allow", NQN, HOST],
+        &["already exists"],
+    );
+    fails_with(
+        dir,
+        &["nvmf", "host", "ls", "nqn.nope"],
+        &["subsystem nqn.nope not found"],
+    );
+    fails_with(
+        dir,
+        &["nvmf", "host", "rm", NQN, "nqn.other"],
+        &["nqn.other", "not found"],
+    );
+    // A volume exported as a namespace cannot be removed.
+    fails_with(dir, &["volume", "rm", "v"], &["in use", "namespace 1", NQN]);
+    fails(dir, &["nvmf", "ns", "rm", NQN, "one"], 2);
+    fails(dir, &["nvmf", "ns", "add", NQN], 2);
+    fails(
+        dir,
+        &["nvmf", "--listen", "127.0.0.1:1", "subsystem", "ls"],
+        2,
+    );
+
+    // Undo it all.
+    let out = ok(dir, &["nvmf", "host", "rm", NQN, HOST]);
+    assert!(out.contains("removed"), "{out}");
+    assert_eq!(
+        json(dir, &["nvmf", "host", "ls", NQN, "--json"]),
+        serde_json::json!([])
+    );
+    let out = ok(dir, &["nvmf", "ns", "rm", NQN, "5"]);
+    assert!(
+        out.contains("namespace 5") && out.contains("volume w"),
+        "{out}"
+    );
+    ok(dir, &["volume", "rm", "w"]);
+    let out = ok(dir, &["nvmf", "subsystem", "rm", NQN]);
+    assert!(out.contains("1 namespace(s)"), "{out}");
+    assert_eq!(
+        json(dir, &["nvmf", "subsystem", "ls", "--json"]),
+        Value::Array(vec![])
+    );
+    ok(dir, &["volume", "rm", "v"]);
+    drop(up);
+    eprintln!("done after {:?}", started.elapsed());
+}
+
+/// A loopback port free right now.
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("bind a free port")
+        .port()
+}
+
+#[test]
+fn up_runs_an_nvme_tcp_gateway_that_answers_the_handshake() {
+    let started = Instant::now();
+    let (_tmp, dir) = tempdir("pontoon-nvmf-up-");
+    let dir = dir.as_path();
+    let addr = SocketAddr::from(([127, 0, 0, 1], free_port()));
+    let mut up = Up::start(dir, &["--nvmf", &addr.to_string()]);
+    eprintln!("cluster with gateway ready after {:?}", started.elapsed());
+
+    let printed = std::fs::read_to_string(dir.join("up.out")).unwrap_or_default();
+    assert!(
+        printed.contains(&format!("nvmf     nvme-tcp://{addr}")),
+        "{printed}"
+    );
+    let gw = read_pid(&dir.join("run/nvmf.pid")).expect("run/nvmf.pid");
+    assert!(alive(gw));
+    assert!(dir.join("log/nvmf.log").exists());
+
+    ok(dir, &["pool", "create", "p", "--size", "1", "--pgs", "8"]);
+    ok(dir, &["volume", "create", "v", "--size", "16M"]);
+    ok(dir, &["nvmf", "subsystem", "add", NQN]);
+    assert_eq!(ok(dir, &["nvmf", "ns", "add", NQN, "v"]), "1\n");
+    ok(dir, &["nvmf", "host", "allow", NQN, HOST]);
+
+    // The NVMe/TCP connection handshake: ICReq in, ICResp (PDU type 0x01,
+    // 128 bytes) out.
+    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(5)).expect("connect");
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let icreq = pontoon_nvmf::pdu::IcReq {
+        pfv: 0,
+        hpda: 0,
+        digests: Default::default(),
+        maxr2t: 0,
+    }
+    .encode();
+    s.write_all(&icreq).expect("send ICReq");
+    let mut resp = [0u8; 128];
+    s.read_exact(&mut resp).expect("read ICResp");
+    assert_eq!(resp[0], 0x01, "ICResp PDU type: {:02x?}", &resp[..8]);
+    assert_eq!(resp[2], 128, "ICResp header length: {:02x?}", &resp[..8]);
+    drop(s);
+
+    // Stopping the cluster stops the gateway.
+    let status = up.stop();
+    assert!(status.success(), "pontoon up exited with {status}");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while alive(gw) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(!alive(gw), "the gateway outlived pontoon up");
+    assert!(!dir.join("run/nvmf.pid").exists());
+    drop(up);
+    eprintln!("done after {:?}", started.elapsed());
+}
