@@ -1,8 +1,11 @@
 //! NVMe-oF from the CLI against a real local cluster (`pontoon up`, one
 //! OSD, its own etcd): subsystems, namespaces and allowed hosts in the
 //! cluster map, their listings and error cases; and the gateway `pontoon up
-//! --nvmf ADDR` runs, which answers the NVMe/TCP connection handshake and
-//! stops with the cluster.
+//! --nvmf ADDR` runs: it answers the NVMe/TCP handshake, serves the
+//! namespace to an allowed host through `pontoon_nvmf::initiator` (data
+//! written and read back, NGUID = the map's UUID), refuses other hosts,
+//! follows allow-list and namespace changes without a restart, and stops
+//! with the cluster.
 //!
 //! Needs etcd (Debian's etcd-server; scripts/deps.sh installs it).
 
@@ -12,6 +15,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+use pontoon_nvmf::initiator::{self, Controller};
 use serde_json::Value;
 
 const PONTOON: &str = env!("CARGO_BIN_EXE_pontoon");
@@ -430,7 +434,7 @@ fn free_port() -> u16 {
 }
 
 #[test]
-fn up_runs_an_nvme_tcp_gateway_that_answers_the_handshake() {
+fn up_runs_an_nvme_tcp_gateway_that_follows_the_map() {
     let started = Instant::now();
     let (_tmp, dir) = tempdir("pontoon-nvmf-up-");
     let dir = dir.as_path();
@@ -471,6 +475,8 @@ fn up_runs_an_nvme_tcp_gateway_that_answers_the_handshake() {
     assert_eq!(resp[2], 128, "ICResp header length: {:02x?}", &resp[..8]);
     drop(s);
 
+    through_the_initiator(dir, addr);
+
     // Stopping the cluster stops the gateway.
     let status = up.stop();
     assert!(status.success(), "pontoon up exited with {status}");
@@ -482,4 +488,106 @@ fn up_runs_an_nvme_tcp_gateway_that_answers_the_handshake() {
     assert!(!dir.join("run/nvmf.pid").exists());
     drop(up);
     eprintln!("done after {:?}", started.elapsed());
+}
+
+/// Retries `f` (bounded) until it returns `Some`: the gateway follows the
+/// map within about a second of a change.
+fn eventually<T>(what: &str, mut f: impl FnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "{what} within 10 s");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// 8 KiB of test data, different for every `i`.
+fn pattern(i: usize) -> Vec<u8> {
+    (0..8192usize).map(|b| (b ^ (i * 37 + 1)) as u8).collect()
+}
+
+/// A host connects to the subsystem through the gateway, sees the
+/// namespace as the map describes it, writes and reads back blocks; a host
+/// not on the allow-list is refused until it is allowed, and a namespace
+/// added while the gateway runs appears.
+fn through_the_initiator(dir: &Path, addr: SocketAddr) {
+    let ns = json(dir, &["nvmf", "ns", "ls", NQN, "--json"]);
+    let uuid: Vec<u8> = ns[0]["uuid"]
+        .as_str()
+        .expect("uuid")
+        .chars()
+        .filter(|c| *c != '-')
+        .collect::<String>()
+        .as_bytes()
+        .chunks(2)
+        .map(|h| u8::from_str_radix(std::str::from_utf8(h).unwrap(), 16).unwrap())
+        .collect();
+
+    // The gateway picks the configuration up from the map within a second.
+    let entry = eventually("the subsystem is in the discovery log", || {
+        let entries = initiator::discover(addr, HOST).expect("discovery");
+        entries.into_iter().find(|e| e.subnqn == NQN)
+    });
+    assert_eq!(entry.trsvcid, addr.port().to_string(), "{entry:?}");
+
+    let mut c = Controller::connect(addr, NQN, HOST, 1, 32, Default::default())
+        .expect("an allowed host connects");
+    assert_eq!(c.active_namespaces().expect("active namespaces"), vec![1]);
+    let id = c.identify_namespace(1).expect("identify namespace 1");
+    let bs = id.block_size().expect("a block size");
+    assert_eq!(id.nsze * bs, 16 << 20, "namespace size: {id:?}");
+    assert_eq!(
+        id.nguid.as_slice(),
+        uuid.as_slice(),
+        "NGUID is the map's UUID"
+    );
+    // Blocks at the start, across the 4 MiB object boundary and at the end.
+    let nlb = u32::try_from(8192 / bs).expect("blocks");
+    let last = id.nsze - u64::from(nlb);
+    let at = [0, (4 << 20) / bs - 1, last];
+    for (i, &lba) in at.iter().enumerate() {
+        c.io(0).write(1, lba, &pattern(i), false).expect("write");
+    }
+    c.io(0).flush(1).expect("flush");
+    for (i, &lba) in at.iter().enumerate() {
+        let got = c.io(0).read(1, lba, nlb).expect("read");
+        assert!(got == pattern(i), "block {lba} read back differently");
+    }
+
+    // A host not on the allow-list is refused at Connect...
+    let other = "nqn.2014-08.org.nvmexpress:uuid:00000000-0000-0000-0000-0000000000aa";
+    let err = Controller::connect(addr, NQN, other, 1, 32, Default::default())
+        .expect_err("a host not on the allow-list must be refused");
+    assert!(err.status().is_some(), "refused with an NVMe status: {err}");
+    // ...and let in once allowed, without restarting the gateway.
+    ok(dir, &["nvmf", "host", "allow", NQN, other]);
+    let mut c2 = eventually("the newly allowed host connects", || {
+        Controller::connect(addr, NQN, other, 1, 32, Default::default()).ok()
+    });
+    let got = c2.io(0).read(1, 0, nlb).expect("read as the second host");
+    assert!(
+        got == pattern(0),
+        "the second host sees the first host's write"
+    );
+    let _ = c2.shutdown();
+    // Removed from the allow-list: refused again.
+    ok(dir, &["nvmf", "host", "rm", NQN, other]);
+    eventually("the removed host is refused", || {
+        Controller::connect(addr, NQN, other, 1, 32, Default::default())
+            .err()
+            .filter(|e| e.status().is_some())
+    });
+
+    // A namespace added while connected-to shows up for new controllers.
+    ok(dir, &["volume", "create", "v2", "--size", "8M"]);
+    assert_eq!(ok(dir, &["nvmf", "ns", "add", NQN, "v2"]), "2\n");
+    eventually("namespace 2 appears", || {
+        let mut c3 = Controller::connect(addr, NQN, HOST, 0, 32, Default::default()).ok()?;
+        let ids = c3.active_namespaces().ok()?;
+        let _ = c3.shutdown();
+        (ids == vec![1, 2]).then_some(())
+    });
+    let _ = c.shutdown();
 }
