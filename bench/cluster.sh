@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# Cluster benchmark: a local 3-OSD cluster (`pontoon up --nbd`), pools of
-# size 1 and 3, 4 KiB random read and write at QD1 and QD32, first through
-# the client library (`pontoon bench`), then through the NBD gateway with
-# fio's nbd engine, beside raw fio on the same filesystem, with ratios
+# Cluster benchmark: a local 3-OSD cluster (`pontoon up --nbd --nvmf`),
+# pools of size 1 and 3, 4 KiB random read and write at QD1 and QD32, first
+# through the client library (`pontoon bench`), then through the NBD gateway
+# with fio's nbd engine, then through the NVMe/TCP gateway with the Rust test
+# initiator (`pontoon bench --nvmf`), beside raw fio on the same filesystem,
+# with ratios
 # against raw and against the Ceph 16.2 baseline measured on this kind of
 # machine (../shared/bench/ceph-baseline/RESULTS.md). CPU per I/O is given
 # for the client (or fio), the gateway and the OSDs.
@@ -46,8 +48,10 @@ rawfio randwrite-qd32 randwrite 32 --sync=dsync
 rm -f "$raw"
 
 echo "== pontoon up: 3 OSDs of 4 GiB, 1 shard each"
-nbd_port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-"$P" up --dir "$dir/cluster" --osds 3 --osd-size 4G --shards 1 --nbd 127.0.0.1:$nbd_port > "$dir/up.log" 2>&1 &
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+nbd_port=$(free_port); nvmf_port=$(free_port)
+"$P" up --dir "$dir/cluster" --osds 3 --osd-size 4G --shards 1 --nbd 127.0.0.1:$nbd_port \
+    --nvmf 127.0.0.1:$nvmf_port > "$dir/up.log" 2>&1 &
 up_pid=$!
 for _ in $(seq 1 240); do [ -f "$dir/cluster/cluster.toml" ] && break; sleep 0.5; done
 [ -f "$dir/cluster/cluster.toml" ] || { echo "cluster did not start; see $dir/up.log" >&2; exit 1; }
@@ -56,6 +60,12 @@ C=(--cluster "$dir/cluster")
 "$P" pool create size3 --size 3 --min-size 2 --pgs 64 --failure-domain osd "${C[@]}"
 "$P" volume create v1 --size 2G --pool size1 "${C[@]}"
 "$P" volume create v3 --size 2G --pool size3 "${C[@]}"
+host=nqn.2026-11.io.pontoon:bench
+for v in v1 v3; do
+  "$P" nvmf subsystem add "nqn.2026-11.io.pontoon:$v" "${C[@]}"
+  "$P" nvmf ns add "nqn.2026-11.io.pontoon:$v" "$v" --nsid 1 "${C[@]}" >/dev/null
+  "$P" nvmf host allow "nqn.2026-11.io.pontoon:$v" "$host" "${C[@]}"
+done
 echo "== prefilling both volumes (sequential 1 MiB writes), so reads hit data"
 for v in v1 v3; do
   "$P" bench --volume "$v" --fill --bs 4M --qd 4 "${C[@]}"
@@ -88,6 +98,14 @@ for pool in 1 3; do
         --output-format=json --output="$out/nbd-size$pool-$t.json"
     o1=$(cpu_of $osd_pids); g1=$(cpu_of $nbd_pid)
     echo "{\"osd_cpu_s\": $(python3 -c "print($o1-$o0)"), \"gateway_cpu_s\": $(python3 -c "print($g1-$g0)")}" > "$out/nbd-size$pool-$t.cpu.json"
+  done
+done
+for pool in 1 3; do
+  for t in randwrite-qd1 randwrite-qd32 randread-qd1 randread-qd32; do
+    rw=${t%-qd*}; qd=${t#*-qd}
+    echo "== NVMe/TCP size$pool $t"
+    "$P" bench --nvmf 127.0.0.1:$nvmf_port --nqn "nqn.2026-11.io.pontoon:v$pool" --hostnqn "$host" \
+        --rw "$rw" --bs 4k --qd "$qd" --time "$time" --json "${C[@]}" > "$out/nvmf-size$pool-$t.json"
   done
 done
 "$P" status "${C[@]}" | head -12
@@ -135,6 +153,17 @@ for pool in (1, 3):
         fio_cpu = (j["usr_cpu"] + j["sys_cpu"]) / 100 * j["job_runtime"] / 1000 / ios * 1e6
         ri = raw(t)
         print(f"{name:24} {side['iops']:8.0f} {side['iops']/ri[0]:6.2f} {side['iops']/ceph[name][0]:7.1f} {side['lat_ns']['mean']/1000:8.0f} {pct['50.000000']/1000:6.0f} {pct['99.000000']/1000:7.0f} {pct['99.900000']/1000:7.0f} {fio_cpu:9.1f} {cpu['gateway_cpu_s']/ios*1e6:8.1f} {cpu['osd_cpu_s']/ios*1e6:9.1f}")
+print()
+print("Through the NVMe/TCP gateway (Rust test initiator, one I/O queue), same cluster")
+print(f"{'test':24} {'IOPS':>8} {'x raw':>6} {'x Ceph':>7} {'mean µs':>8} {'p50':>6} {'p99':>7} {'p99.9':>7} {'host µs/IO':>10} {'gw µs/IO':>8} {'OSD µs/IO':>9}")
+for pool in (1, 3):
+    for t in ("randwrite-qd1", "randwrite-qd32", "randread-qd1", "randread-qd32"):
+        name = f"size{pool}-{t}"
+        r = json.load(open(os.path.join(out, f"nvmf-{name}.json")))
+        ri = raw(t)
+        gw, osd = r.get("gateway_cpu_us_per_io"), r.get("osd_cpu_us_per_io")
+        fmt = lambda v: "-" if v is None else f"{v:.1f}"
+        print(f"{name:24} {r['iops']:8.0f} {r['iops']/ri[0]:6.2f} {r['iops']/ceph[name][0]:7.1f} {r['mean_us']:8.0f} {r['p50_us']:6.0f} {r['p99_us']:7.0f} {r['p999_us']:7.0f} {r['client_cpu_us_per_io']:10.1f} {fmt(gw):>8} {fmt(osd):>9}")
 print()
 print("raw writes use --sync=dsync (durable, as Pontoon's acknowledged writes are).")
 PY

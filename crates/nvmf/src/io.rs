@@ -26,8 +26,6 @@ use crate::server::Worker;
 
 /// Bytes per LBA.
 const LBA: u64 = 1 << LBA_SHIFT;
-/// Most ranges in one Dataset Management command.
-const MAX_DSM_RANGES: usize = 256;
 /// The broadcast namespace id (Flush of every namespace).
 const ALL_NAMESPACES: u32 = u32::MAX;
 
@@ -257,7 +255,6 @@ impl<C: VolumeCatalog> IoQueue<C> {
         size: u64,
     ) -> Result<Completion, Status> {
         let nr = (sqe.dword(10) & 0xFF) as usize + 1;
-        debug_assert!(nr <= MAX_DSM_RANGES);
         let data = data.ok_or(Status::SGL_LENGTH_INVALID)?;
         if data.len() < nr * 16 {
             return Err(Status::SGL_LENGTH_INVALID);

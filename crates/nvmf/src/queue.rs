@@ -269,16 +269,17 @@ impl<C: VolumeCatalog> ConnLoop<C> {
     /// Races `f` with the target's stop signal and the controller's
     /// teardown.
     async fn guarded<F: std::future::Future>(&self, f: F) -> Result<F::Output, End> {
-        let stop = self.w.stop.clone();
+        let stop = self.w.stop.wait();
         let teardown = self.teardown.clone();
         let interrupt = async move {
+            let stop = std::pin::pin!(stop);
             match teardown {
-                Some(t) => match select(Box::pin(stop.wait()), t).await {
+                Some(t) => match select(stop, t).await {
                     Either::Left(_) => End::Stopping,
                     Either::Right(_) => End::TornDown,
                 },
                 None => {
-                    stop.wait().await;
+                    stop.await;
                     End::Stopping
                 }
             }

@@ -1,7 +1,9 @@
-//! `pontoon bench`: a closed-loop load generator over the client library,
-//! with live progress and HDR-histogram latency percentiles. Beside the
-//! client's own CPU per I/O it reports the OSD processes' (when the cluster
-//! is a local one whose pid files it can read).
+//! `pontoon bench`: a closed-loop load generator over the client library
+//! (or, with `--nvmf`, through an NVMe/TCP target: see
+//! [`crate::nvmf_bench`]), with live progress and HDR-histogram latency
+//! percentiles. Beside the client's own CPU per I/O it reports the OSD
+//! processes' (and the gateway's) when the cluster is a local one whose pid
+//! files it can read.
 
 use std::cell::Cell;
 use std::path::Path;
@@ -16,6 +18,7 @@ use serde::Serialize;
 
 use crate::cluster_args::{ClusterArgs, parse_duration};
 use crate::load::{self, Progress};
+use crate::nvmf_bench;
 
 /// The access pattern.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, Serialize)]
@@ -39,9 +42,24 @@ pub struct BenchArgs {
     /// Where to find the cluster.
     #[command(flatten)]
     pub cluster: ClusterArgs,
-    /// Volume to load.
+    /// Volume to load (through the client library).
+    #[arg(long, required_unless_present = "nvmf")]
+    pub volume: Option<String>,
+    /// Instead of the client library: an NVMe/TCP target's address.
+    #[arg(long, requires = "nqn", conflicts_with_all = ["volume", "fill"])]
+    pub nvmf: Option<std::net::SocketAddr>,
+    /// With --nvmf: the subsystem NQN.
     #[arg(long)]
-    pub volume: String,
+    pub nqn: Option<String>,
+    /// With --nvmf: our host NQN (must be on the subsystem's allow-list).
+    #[arg(long, default_value = "nqn.2026-11.io.pontoon:bench")]
+    pub hostnqn: String,
+    /// With --nvmf: the namespace id.
+    #[arg(long, default_value_t = 1)]
+    pub nsid: u32,
+    /// With --nvmf: I/O queues (one thread each), sharing --qd.
+    #[arg(long, default_value_t = 1)]
+    pub queues: usize,
     /// Access pattern.
     #[arg(long, value_enum, default_value = "randread")]
     pub rw: Rw,
@@ -86,6 +104,8 @@ struct Report {
     client_cpu_us_per_io: f64,
     #[serde(skip_serializing_if = "Option::is_none")]
     osd_cpu_us_per_io: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    gateway_cpu_us_per_io: Option<f64>,
 }
 
 /// Runs the benchmark.
@@ -101,13 +121,17 @@ pub fn run(args: BenchArgs) -> Result<()> {
         bail!("--rwmix is a percentage (0-100)");
     }
     let duration = parse_duration(&args.time).map_err(|e| anyhow::anyhow!("bad --time: {e}"))?;
+    if let Some(addr) = args.nvmf {
+        return run_nvmf(&args, addr, bs, duration);
+    }
+    let volume = args.volume.clone().unwrap_or_default();
     let target = args.cluster.resolve()?;
     let feed = MapFeed::connect(&target.endpoints, &target.name)?;
     let osd_pids = target.dir.as_deref().map(osd_pids).unwrap_or_default();
     let rt = compio::runtime::Runtime::new().context("starting io_uring")?;
     let result = rt.block_on(async {
         let client = Client::new(feed.clone());
-        let vol = client.open(&args.volume)?;
+        let vol = client.open(&volume)?;
         let size = vol.current_size();
         let span = match &args.span {
             Some(s) => parse_size(s)
@@ -117,10 +141,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
         };
         let blocks = span / bs;
         if blocks == 0 {
-            bail!(
-                "volume {} ({size} bytes) is smaller than one {bs}-byte block",
-                args.volume
-            );
+            bail!("volume {volume} ({size} bytes) is smaller than one {bs}-byte block");
         }
         let data = Rc::new(vec![0x5au8; bs as usize]);
         if args.fill {
@@ -131,7 +152,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
                 eprintln!(
                     "filled {} of {} in {secs:.1} s ({:.0} MB/s)",
                     pontoon_types::format_size(blocks * bs),
-                    args.volume,
+                    volume,
                     (blocks * bs) as f64 / secs / 1e6
                 );
             }
@@ -203,7 +224,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
     }
     feed.shutdown();
     let r = Report {
-        volume: args.volume.clone(),
+        volume,
         rw: args.rw,
         bs,
         qd: args.qd,
@@ -217,26 +238,126 @@ pub fn run(args: BenchArgs) -> Result<()> {
         max_us,
         client_cpu_us_per_io: m.cpu_us_per_io,
         osd_cpu_us_per_io: osd_cpu,
+        gateway_cpu_us_per_io: None,
     };
-    if args.json {
-        println!("{}", serde_json::to_string_pretty(&r)?);
-    } else {
-        println!(
-            "{} {:?} bs={} qd={} {:.0}s: {:.0} IOPS, {:.1} MB/s",
-            r.volume, r.rw, r.bs, r.qd, r.seconds, r.iops, r.mb_per_s
-        );
-        println!(
-            "latency µs: mean {:.0}  p50 {:.0}  p99 {:.0}  p99.9 {:.0}  max {:.0}",
-            r.mean_us, r.p50_us, r.p99_us, r.p999_us, r.max_us
-        );
-        match r.osd_cpu_us_per_io {
-            Some(o) => println!(
-                "CPU µs per I/O: client {:.1}, OSDs {:.1}",
-                r.client_cpu_us_per_io, o
-            ),
-            None => println!("CPU µs per I/O: client {:.1}", r.client_cpu_us_per_io),
+    print_report(&r, args.json)
+}
+
+/// `--nvmf`: the load through an NVMe/TCP target.
+fn run_nvmf(
+    args: &BenchArgs,
+    addr: std::net::SocketAddr,
+    bs: u64,
+    duration: Duration,
+) -> Result<()> {
+    let nqn = args.nqn.as_deref().unwrap_or_default();
+    let span = match &args.span {
+        Some(s) => Some(parse_size(s).with_context(|| format!("bad --span {s:?}"))?),
+        None => None,
+    };
+    // A local cluster (if one is named) tells whose CPU to count.
+    let dir = args.cluster.resolve().ok().and_then(|t| t.dir);
+    let osd = dir.as_deref().map(osd_pids).unwrap_or_default();
+    let gateway: Vec<u32> = dir
+        .as_deref()
+        .and_then(nvmf_bench::gateway_pid)
+        .into_iter()
+        .collect();
+    let (osd0, gw0) = (osd_cpu_total(&osd), osd_cpu_total(&gateway));
+    let progress = std::sync::atomic::AtomicU64::new(0);
+    let plan = nvmf_bench::Plan {
+        addr,
+        nqn,
+        hostnqn: &args.hostnqn,
+        nsid: args.nsid,
+        queues: args.queues,
+        qd: args.qd,
+        rw: args.rw,
+        rwmix: args.rwmix,
+        bs,
+        span,
+        duration,
+    };
+    let running = std::sync::atomic::AtomicBool::new(true);
+    let m = std::thread::scope(|s| {
+        let reporter = (!args.json).then(|| {
+            s.spawn(|| {
+                let t0 = Instant::now();
+                let (mut last, mut last_t) = (0u64, t0);
+                while running.load(std::sync::atomic::Ordering::Acquire) {
+                    std::thread::sleep(Duration::from_millis(500));
+                    let (ios, now) = (
+                        progress.load(std::sync::atomic::Ordering::Relaxed),
+                        Instant::now(),
+                    );
+                    let rate = (ios - last) as f64 / (now - last_t).as_secs_f64();
+                    eprint!(
+                        "\r  {:5.1}s  {:>9.0} IOPS  {:>8.1} MB/s  {:>10} ops",
+                        (now - t0).as_secs_f64(),
+                        rate,
+                        rate * bs as f64 / 1e6,
+                        ios
+                    );
+                    (last, last_t) = (ios, now);
+                }
+            })
+        });
+        let m = nvmf_bench::run(&plan, &progress);
+        running.store(false, std::sync::atomic::Ordering::Release);
+        if let Some(r) = reporter {
+            let _ = r.join();
+            eprintln!();
         }
+        m
+    })?;
+    let per_io = |a: Option<f64>, b: Option<f64>| match (a, b) {
+        (Some(a), Some(b)) if m.ios > 0 => Some((b - a) * 1e6 / m.ios as f64),
+        _ => None,
+    };
+    let h = &m.hist;
+    let q = |x: f64| h.value_at_quantile(x) as f64 / 1000.0;
+    let iops = m.ios as f64 / m.seconds;
+    let r = Report {
+        volume: format!("{nqn} ns {}", args.nsid),
+        rw: args.rw,
+        bs,
+        qd: args.qd,
+        seconds: m.seconds,
+        iops,
+        mb_per_s: iops * bs as f64 / 1e6,
+        mean_us: h.mean() / 1000.0,
+        p50_us: q(0.5),
+        p99_us: q(0.99),
+        p999_us: q(0.999),
+        max_us: h.max() as f64 / 1000.0,
+        client_cpu_us_per_io: m.client_cpu_us_per_io,
+        osd_cpu_us_per_io: per_io(osd0, osd_cpu_total(&osd)),
+        gateway_cpu_us_per_io: per_io(gw0, osd_cpu_total(&gateway)),
+    };
+    print_report(&r, args.json)
+}
+
+fn print_report(r: &Report, json: bool) -> Result<()> {
+    if json {
+        println!("{}", serde_json::to_string_pretty(r)?);
+        return Ok(());
     }
+    println!(
+        "{} {:?} bs={} qd={} {:.0}s: {:.0} IOPS, {:.1} MB/s",
+        r.volume, r.rw, r.bs, r.qd, r.seconds, r.iops, r.mb_per_s
+    );
+    println!(
+        "latency µs: mean {:.0}  p50 {:.0}  p99 {:.0}  p99.9 {:.0}  max {:.0}",
+        r.mean_us, r.p50_us, r.p99_us, r.p999_us, r.max_us
+    );
+    let mut cpu = format!("CPU µs per I/O: client {:.1}", r.client_cpu_us_per_io);
+    if let Some(o) = r.osd_cpu_us_per_io {
+        cpu += &format!(", OSDs {o:.1}");
+    }
+    if let Some(g) = r.gateway_cpu_us_per_io {
+        cpu += &format!(", gateway {g:.1}");
+    }
+    println!("{cpu}");
     Ok(())
 }
 
@@ -284,7 +405,7 @@ fn osd_pids(dir: &Path) -> Vec<u32> {
 }
 
 /// User+system seconds of all `pids` (None if any is unreadable).
-fn osd_cpu_total(pids: &[u32]) -> Option<f64> {
+pub(crate) fn osd_cpu_total(pids: &[u32]) -> Option<f64> {
     if pids.is_empty() {
         return None;
     }

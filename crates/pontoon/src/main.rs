@@ -20,6 +20,7 @@ mod cmd_volume;
 mod cpu;
 mod fio;
 mod load;
+mod nvmf_bench;
 mod procs;
 mod store_bench;
 mod store_startup;
