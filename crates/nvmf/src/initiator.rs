@@ -215,8 +215,12 @@ impl Default for ConnectParams {
 pub struct Completion {
     /// The completion queue entry.
     pub cqe: Cqe,
-    /// Data the target sent (empty unless the command read data).
+    /// Data the target sent (empty unless the command read data; shorter
+    /// than asked for if the command moved less than its SGL allows).
     pub data: Vec<u8>,
+    /// Bytes the command moved: read data received, or write data sent
+    /// (in the capsule or on R2Ts).
+    pub transferred: usize,
 }
 
 /// Counts of what crossed one connection, so tests can check which data
@@ -363,6 +367,7 @@ pub struct Queue {
     writer: TcpStream,
     digests: Digests,
     maxh2cdata: usize,
+    h2c_pdu_limit: Option<usize>,
     cpda: u8,
     qid: u16,
     sqsize: u16,
@@ -429,6 +434,7 @@ impl Queue {
             writer,
             digests: Digests::default(),
             maxh2cdata: pdu::MIN_MAXH2CDATA as usize,
+            h2c_pdu_limit: None,
             cpda: 0,
             qid: 0,
             sqsize: 0,
@@ -539,6 +545,12 @@ impl Queue {
     /// The target's MAXH2CDATA.
     pub fn maxh2cdata(&self) -> usize {
         self.maxh2cdata
+    }
+
+    /// Makes every H2CData PDU carry at most `bytes` (below MAXH2CDATA),
+    /// as hosts may: the target must take any split. None: MAXH2CDATA.
+    pub fn set_h2c_pdu_limit(&mut self, bytes: Option<usize>) {
+        self.h2c_pdu_limit = bytes.map(|b| b.max(1));
     }
 
     /// Largest write data sent in the command capsule (larger writes wait
@@ -681,6 +693,7 @@ impl Queue {
                     id: SGL_IN_CAPSULE,
                 });
                 self.stats.in_capsule_writes += 1;
+                pending.r2t_asked = d.len();
                 d
             }
             Some(d) => {
@@ -871,30 +884,22 @@ impl Queue {
         match layout.pdu_type {
             PduType::CapsuleResp => {
                 let cqe = cqe_of(&header);
-                let p = self.pending.remove(&cqe.cid).ok_or_else(|| {
+                let mut p = self.pending.remove(&cqe.cid).ok_or_else(|| {
                     Error::Protocol(format!("response for command {} not in flight", cqe.cid))
                 })?;
-                if cqe.status.is_success() {
-                    if p.got != p.input.len() {
-                        return Err(Error::Protocol(format!(
-                            "command {} succeeded with {} of {} read bytes sent",
-                            cqe.cid,
-                            p.got,
-                            p.input.len()
-                        )));
-                    }
-                    if let Some(out) = &p.out
-                        && p.r2t_asked != out.len()
-                    {
-                        return Err(Error::Protocol(format!(
-                            "write {} succeeded with {} of {} bytes asked for",
-                            cqe.cid,
-                            p.r2t_asked,
-                            out.len()
-                        )));
-                    }
-                }
-                Ok(Some(Completion { cqe, data: p.input }))
+                // A command may move less than its SGL describes (Get
+                // Features, say); the Read and Write helpers check theirs.
+                let transferred = if p.input.is_empty() {
+                    p.r2t_asked
+                } else {
+                    p.got
+                };
+                p.input.truncate(p.got);
+                Ok(Some(Completion {
+                    cqe,
+                    data: p.input,
+                    transferred,
+                }))
             }
             PduType::C2HData => {
                 let dh = DataHeader::decode(&header[CH_LEN..]);
@@ -985,8 +990,11 @@ impl Queue {
         let mut at = off;
         let end = off + len;
         let mut result = Ok(());
+        let chunk = self
+            .h2c_pdu_limit
+            .map_or(self.maxh2cdata, |l| l.min(self.maxh2cdata));
         while at < end {
-            let n = (end - at).min(self.maxh2cdata);
+            let n = (end - at).min(chunk);
             let last = at + n == end;
             let h = DataHeader {
                 cccid: dh.cccid,
@@ -1046,15 +1054,20 @@ impl Queue {
     /// Reads `nlb` blocks at `slba`.
     pub fn read(&mut self, nsid: u32, slba: u64, nlb: u32) -> Result<Vec<u8>> {
         let len = nlb as usize * self.block_size as usize;
-        let (_, data) = self.call_ok(rw_sqe(io_op::READ, nsid, slba, nlb, false)?, None, len)?;
-        Ok(data)
+        let cid = self.submit(rw_sqe(io_op::READ, nsid, slba, nlb, false)?, None, len)?;
+        let c = self.wait_for(cid)?;
+        check(&c.cqe)?;
+        check_moved(&c, len)?;
+        Ok(c.data)
     }
 
     /// Writes `data` (a whole number of blocks) at `slba`.
     pub fn write(&mut self, nsid: u32, slba: u64, data: &[u8], fua: bool) -> Result<()> {
         let nlb = self.blocks_of(data.len())?;
-        self.call_ok(rw_sqe(io_op::WRITE, nsid, slba, nlb, fua)?, Some(data), 0)?;
-        Ok(())
+        let cid = self.submit(rw_sqe(io_op::WRITE, nsid, slba, nlb, fua)?, Some(data), 0)?;
+        let c = self.wait_for(cid)?;
+        check(&c.cqe)?;
+        check_moved(&c, data.len())
     }
 
     /// Flush.
@@ -1089,6 +1102,17 @@ impl Queue {
         }
         u32::try_from(bytes / bs).map_err(|_| Error::Invalid(format!("{bytes} bytes")))
     }
+}
+
+/// Checks that a successful Read or Write moved all of its `len` bytes.
+pub fn check_moved(c: &Completion, len: usize) -> Result<()> {
+    if c.cqe.status.is_success() && c.transferred != len {
+        return Err(Error::Protocol(format!(
+            "command {} succeeded having moved {} of its {len} bytes",
+            c.cqe.cid, c.transferred
+        )));
+    }
+    Ok(())
 }
 
 /// A non-success status as an [`Error::Status`].

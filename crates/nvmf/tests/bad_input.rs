@@ -13,8 +13,8 @@ use std::time::{Duration, Instant};
 use common::*;
 use pontoon_nvmf::command::{FABRICS_OPCODE, SGL_IN_CAPSULE, Sgl, Sqe, Status, admin_op, io_op};
 use pontoon_nvmf::initiator::{
-    ConnectParams, Controller, DEFAULT_TIMEOUT, Error, Queue, RawPdu, hostid_for, read_pdu, rw_sqe,
-    write_zeroes_sqe,
+    ConnectParams, Controller, DEFAULT_TIMEOUT, Error, Queue, RawPdu, check_moved, hostid_for,
+    read_pdu, rw_sqe, write_zeroes_sqe,
 };
 use pontoon_nvmf::pdu::{
     self, CH_LEN, CommonHeader, DataHeader, Digests, Fes, IcReq, PduType, TERM_MAX_PLEN,
@@ -644,6 +644,24 @@ fn bad_admin_and_fabrics_commands_get_their_status() {
     connect.0[4] = pontoon_nvmf::command::fctype::CONNECT;
     let (cqe, _) = c.admin().call(connect, Some(&[0u8; 1024]), 0).unwrap();
     assert!(!cqe.status.is_success(), "{cqe:?}");
+    // Asynchronous Event Requests beyond AERL + 1 are refused at once;
+    // the others stay outstanding.
+    let limit = usize::from(c.identify().aerl) + 1;
+    let aers: Vec<u16> = (0..limit)
+        .map(|_| c.submit_async_event().unwrap())
+        .collect();
+    let extra = c.submit_async_event().unwrap();
+    let cqe = c.wait_async_event(extra, Duration::from_secs(2)).unwrap();
+    assert_eq!(cqe.status, Status::AER_LIMIT);
+    assert!(matches!(
+        c.wait_async_event(aers[0], Duration::from_millis(100)),
+        Err(Error::Timeout)
+    ));
+    // Abort: a command that is not there is "not aborted" (DW0 bit 0).
+    let mut abort = Sqe::new(admin_op::ABORT, 0);
+    abort.set_dword(10, 0x7777 << 16);
+    let (cqe, _) = c.admin().call(abort, None, 0).unwrap();
+    assert_eq!((cqe.status, cqe.dw0 & 1), (Status::SUCCESS, 1));
     // A property that does not exist.
     let e = c.property_get(0x4000, false).unwrap_err();
     assert!(e.status().is_some(), "{e}");
@@ -790,8 +808,13 @@ fn run_case(addr: SocketAddr, case: &Case) -> Result<(), TestCaseError> {
 #[test]
 fn random_bytes_and_headers_never_hang_or_kill_the_target() {
     let t = target();
+    // NVMF_FUZZ_CASES=n runs a longer hunt.
+    let cases = std::env::var("NVMF_FUZZ_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(128);
     let mut runner = TestRunner::new(Config {
-        cases: 128,
+        cases,
         failure_persistence: None,
         max_shrink_iters: 64,
         ..Config::default()
@@ -824,5 +847,234 @@ fn many_broken_connections_at_once_leave_others_served() {
     }
     assert_target_healthy(t.addr);
     drop(stuck);
+    assert_target_healthy(t.addr);
+}
+
+/// A queue after ICResp, before Connect, that takes 8 KiB in the capsule.
+fn unconnected(addr: SocketAddr) -> Queue {
+    let mut q = Queue::handshake(addr, NO_DIGESTS, DEFAULT_TIMEOUT).unwrap();
+    q.set_in_capsule(8192);
+    q
+}
+
+/// A Connect command and its data, to be spoiled by the caller.
+fn connect_capsule(qid: u16, sqsize: u16, cntlid: u16) -> (Sqe, Vec<u8>) {
+    let mut sqe = Sqe::new(FABRICS_OPCODE, 0);
+    sqe.0[4] = pontoon_nvmf::command::fctype::CONNECT;
+    sqe.0[42..44].copy_from_slice(&qid.to_le_bytes());
+    sqe.0[44..46].copy_from_slice(&sqsize.to_le_bytes());
+    let mut data = vec![0u8; 1024];
+    data[0..16].copy_from_slice(&hostid_for(HOST));
+    data[16..18].copy_from_slice(&cntlid.to_le_bytes());
+    data[256..256 + NQN.len()].copy_from_slice(NQN.as_bytes());
+    data[512..512 + HOST.len()].copy_from_slice(HOST.as_bytes());
+    (sqe, data)
+}
+
+/// Sends a spoiled Connect; it must be refused with a status (or the
+/// connection terminated), never accepted, never left hanging.
+fn refused(addr: SocketAddr, sqe: Sqe, data: &[u8]) -> Option<Status> {
+    let mut q = unconnected(addr);
+    match q.call(sqe, Some(data), 0) {
+        Ok((cqe, _)) => {
+            assert!(!cqe.status.is_success(), "accepted: {cqe:?}");
+            Some(cqe.status)
+        }
+        Err(Error::Terminated { .. }) | Err(Error::Closed) => None,
+        Err(e) => panic!("spoiled Connect: {e}"),
+    }
+}
+
+#[test]
+fn spoiled_connects_are_refused() {
+    let t = target();
+    // The good one works (the helpers are right).
+    let (sqe, data) = connect_capsule(0, 31, 0xFFFF);
+    let mut q = unconnected(t.addr);
+    let (cqe, _) = q.call(sqe, Some(&data), 0).unwrap();
+    assert_eq!(cqe.status, Status::SUCCESS);
+    let cntlid = cqe.dw0 as u16;
+
+    let (mut sqe, data) = connect_capsule(0, 31, 0xFFFF);
+    sqe.0[40] = 1; // RECFMT
+    assert_eq!(
+        refused(t.addr, sqe, &data),
+        Some(Status::CONNECT_INCOMPATIBLE_FORMAT)
+    );
+    // Subsystem NQN without its terminating NUL.
+    let (sqe, mut data) = connect_capsule(0, 31, 0xFFFF);
+    data[256..512].fill(b'a');
+    assert_eq!(
+        refused(t.addr, sqe, &data),
+        Some(Status::CONNECT_INVALID_PARAMETERS)
+    );
+    // Host NQN without its terminating NUL.
+    let (sqe, mut data) = connect_capsule(0, 31, 0xFFFF);
+    data[512..768].fill(b'b');
+    let s = refused(t.addr, sqe, &data);
+    assert!(
+        s == Some(Status::CONNECT_INVALID_PARAMETERS) || s == Some(Status::CONNECT_INVALID_HOST),
+        "{s:?}"
+    );
+    // Short Connect data.
+    let (sqe, data) = connect_capsule(0, 31, 0xFFFF);
+    refused(t.addr, sqe, &data[..512]);
+    // An admin queue that names a controller; an I/O queue that does not.
+    let (sqe, data) = connect_capsule(0, 31, cntlid);
+    assert_eq!(refused(t.addr, sqe, &data).map(|s| s.sct), Some(1));
+    let (sqe, data) = connect_capsule(1, 31, 0xFFFF);
+    assert_eq!(refused(t.addr, sqe, &data).map(|s| s.sct), Some(1));
+    // SQSIZE 0 (a queue of one entry) on an admin and on an I/O queue.
+    let (sqe, data) = connect_capsule(0, 0, 0xFFFF);
+    assert_eq!(refused(t.addr, sqe, &data).map(|s| s.sct), Some(1));
+    let c = controller(t.addr, 0, NO_DIGESTS);
+    let (sqe, data) = connect_capsule(1, 0, c.cntlid());
+    assert_eq!(refused(t.addr, sqe, &data).map(|s| s.sct), Some(1));
+    // A command other than Connect first.
+    let mut q = unconnected(t.addr);
+    match q.call(Sqe::new(admin_op::KEEP_ALIVE, 0), None, 0) {
+        Ok((cqe, _)) => assert!(!cqe.status.is_success(), "{cqe:?}"),
+        Err(Error::Terminated { .. }) | Err(Error::Closed) => {}
+        Err(e) => panic!("{e}"),
+    }
+    assert_target_healthy(t.addr);
+}
+
+/// Random commands, framed correctly, on both queues of a live
+/// controller: each must complete (any status) or end the connection with
+/// a termination request, within the timeout, with data of the length
+/// asked for; the target must stay healthy.
+#[test]
+fn random_commands_always_complete() {
+    use rand::rngs::StdRng;
+    use rand::{Rng, SeedableRng};
+
+    const ADMIN_OPS: [u8; 11] = [
+        0x02, 0x06, 0x08, 0x09, 0x0A, 0x18, 0x7F, 0x10, 0x80, 0x81, 0xC0,
+    ];
+    const IO_OPS: [u8; 10] = [0x00, 0x01, 0x02, 0x08, 0x09, 0x04, 0x05, 0x7F, 0x0D, 0x99];
+    let t = target();
+    let seed = 0x00c0_ffee_u64;
+    let mut rng = StdRng::seed_from_u64(seed);
+    let nsze = VOL_SIZE / BLOCK as u64;
+    let mut c: Controller = controller(t.addr, 1, NO_DIGESTS);
+    let (mut completed, mut ended, mut rw_ok) = (0, 0, 0);
+    let mut statuses = std::collections::BTreeMap::new();
+    // NVMF_FUZZ_COMMANDS=n runs a longer hunt.
+    let n: u64 = std::env::var("NVMF_FUZZ_COMMANDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1500);
+    for i in 0..n {
+        let admin = rng.random_bool(0.4);
+        let opcode = if admin {
+            ADMIN_OPS[rng.random_range(0..ADMIN_OPS.len())]
+        } else {
+            IO_OPS[rng.random_range(0..IO_OPS.len())]
+        };
+        let mut sqe = Sqe::new(opcode, 0);
+        let nsid = match rng.random_range(0..6) {
+            0 => 0,
+            1 => 0xFFFF_FFFF,
+            2 => rng.random(),
+            _ => 1,
+        };
+        sqe.set_nsid(nsid);
+        for dw in 10..16 {
+            let v: u32 = match rng.random_range(0..4) {
+                0 => rng.random(),
+                1 => rng.random_range(0..16),
+                2 => 0,
+                _ => rng.random_range(0..(1 << 16)),
+            };
+            sqe.set_dword(dw, v);
+        }
+        if opcode == FABRICS_OPCODE {
+            // A random type (never Connect, tested apart) and attributes;
+            // Property Set never on CC (disable and shutdown are tested
+            // elsewhere).
+            sqe.0[4] = [0x00, 0x04, 0x08, 0x05, 0xFF][rng.random_range(0..5)];
+            sqe.0[40] = rng.random_range(0..3);
+            let ofst: u32 = rng.random_range(0..0x40);
+            let ofst = if ofst == 0x14 { 0x18 } else { ofst };
+            sqe.0[44..48].copy_from_slice(&ofst.to_le_bytes());
+        }
+        let mut len = {
+            let max_len = if rng.random_bool(0.9) {
+                64 << 10
+            } else {
+                2 << 20
+            };
+            match rng.random_range(0..4) {
+                0 => 0,
+                1 => rng.random_range(1..=max_len),
+                _ => rng.random_range(0..=max_len / 4096) * 4096,
+            }
+        };
+        if !admin && matches!(opcode, 0x01 | 0x02 | 0x08) && rng.random_bool(0.7) {
+            // Often a valid command, so the success paths are covered too.
+            let nlb = rng.random_range(1..=64u32);
+            let slba = rng.random_range(0..=nsze - u64::from(nlb));
+            sqe.set_nsid(if rng.random_bool(0.9) { 1 } else { nsid });
+            sqe.set_dword(10, slba as u32)
+                .set_dword(11, (slba >> 32) as u32);
+            let flags = sqe.dword(12) & (1 << 30);
+            sqe.set_dword(12, (nlb - 1) | flags);
+            if rng.random_bool(0.8) {
+                len = if opcode == 0x08 {
+                    0
+                } else {
+                    nlb as usize * BLOCK
+                };
+            }
+        }
+        // The data direction is the command's: opcode bits 1:0 (FCTYPE's
+        // for Fabrics commands). 01b host to controller, 10b controller to
+        // host, 00b none (an SGL is still described: nothing may move),
+        // 11b bidirectional (not sent with data).
+        let direction = if opcode == FABRICS_OPCODE {
+            sqe.0[4] & 3
+        } else {
+            opcode & 3
+        };
+        let len = if direction == 3 { 0 } else { len };
+        let write = direction == 1;
+        let data = (write && len > 0).then(|| pattern(i, len));
+        let q = if admin { c.admin() } else { c.io(0) };
+        let in_len = if data.is_some() { 0 } else { len };
+        let cid = q
+            .submit(sqe, data.as_deref(), in_len)
+            .unwrap_or_else(|e| panic!("command {i} {sqe:?}: submit: {e}"));
+        match q.wait_for_timeout(cid, Duration::from_secs(5)) {
+            Ok(done) => {
+                completed += 1;
+                if !admin && matches!(opcode, 0x01 | 0x02) && done.cqe.status.is_success() {
+                    let nlb = (sqe.dword(12) & 0xFFFF) as usize + 1;
+                    assert_eq!(len, nlb * BLOCK, "command {i} {sqe:?} succeeded");
+                    check_moved(&done, len).unwrap_or_else(|e| panic!("command {i} {sqe:?}: {e}"));
+                    rw_ok += 1;
+                }
+                let st = done.cqe.status;
+                *statuses.entry((st.sct, st.sc)).or_insert(0) += 1;
+            }
+            Err(Error::Terminated { .. }) | Err(Error::Closed) => {
+                ended += 1;
+                c = controller(t.addr, 1, NO_DIGESTS);
+            }
+            Err(e) => panic!(
+                "command {i} {sqe:?} cdw10..15 {:08x?} (seed {seed:#x}), {len} bytes {}: {e}",
+                (10..16).map(|d| sqe.dword(d)).collect::<Vec<_>>(),
+                if write { "out" } else { "in" }
+            ),
+        }
+    }
+    eprintln!(
+        "{completed} completed, {rw_ok} reads/writes succeeded, {ended} connections ended; \
+         (SCT, SC): count {statuses:?}"
+    );
+    assert!(
+        completed as u64 > n * 2 / 3 && rw_ok >= 50 && statuses.len() >= 6,
+        "{completed} completed, {rw_ok} reads/writes succeeded, {ended} connections ended"
+    );
     assert_target_healthy(t.addr);
 }

@@ -82,13 +82,48 @@ fn discovery_lists_only_the_subsystems_a_host_may_connect_to() {
     let mut o = ControllerOptions::new(DISCOVERY_NQN, HOST);
     o.io_queues = 0;
     o.kato_ms = 0;
-    let c = Controller::connect_with(t.addr, o).expect("discovery controller");
+    let mut c = Controller::connect_with(t.addr, o).expect("discovery controller");
     assert_eq!(
         c.identify().cntrltype,
         2,
         "CNTRLTYPE of a discovery controller"
     );
     assert_eq!(c.identify().subnqn, DISCOVERY_NQN);
+    // The log page read in parts, as the kernel does, agrees with itself.
+    let whole = c.get_log_page(log_page::DISCOVERY, 3 * 1024, 0).unwrap();
+    assert_eq!(u64::from_le_bytes(whole[8..16].try_into().unwrap()), 2);
+    let second = c.get_log_page(log_page::DISCOVERY, 1024, 2048).unwrap();
+    assert_eq!(second, whole[2048..]);
+    let tail = c
+        .get_log_page(log_page::DISCOVERY, 512, 1024 + 256)
+        .unwrap();
+    assert_eq!(tail, whole[1024 + 256..1024 + 768]);
+    // A discovery controller has no I/O queues.
+    let e = Queue::connect(
+        t.addr,
+        ConnectParams {
+            subnqn: DISCOVERY_NQN.into(),
+            hostnqn: HOST.into(),
+            hostid: initiator::hostid_for(HOST),
+            qid: 1,
+            sqsize: 31,
+            kato_ms: 0,
+            cntlid: c.cntlid(),
+            digests: NO_DIGESTS,
+        },
+    )
+    .unwrap_err();
+    assert_eq!(
+        e.status().map(|s| s.sct),
+        Some(1),
+        "I/O queue on discovery: {e}"
+    );
+    // Nor namespaces to do I/O on.
+    let (cqe, _) = c
+        .admin()
+        .call(rw_sqe(io_op::READ, 1, 0, 1, false).unwrap(), None, 4096)
+        .unwrap();
+    assert!(!cqe.status.is_success(), "{cqe:?}");
 
     // A live change shows in the next discovery.
     t.subsystems.set(vec![
@@ -299,6 +334,15 @@ fn large_writes_take_r2t_and_several_h2c_data_pdus() {
     assert_eq!(q.read(1, 0, 2).unwrap(), small);
     assert_eq!(q.read(1, 2, 3).unwrap(), mid);
     assert_eq!(q.read(1, 100, 256).unwrap(), big);
+    // The same data split into PDUs smaller than MAXH2CDATA, as a host
+    // may send it.
+    q.set_h2c_pdu_limit(Some(1024));
+    let before = q.stats().h2c_pdus;
+    let split = pattern(4, 64 << 10);
+    q.write(1, 500, &split, false).unwrap();
+    assert_eq!(q.stats().h2c_pdus - before, 64);
+    assert_eq!(q.read(1, 500, 16).unwrap(), split);
+    q.set_h2c_pdu_limit(None);
     // Unaligned to the big write: its tail and what follows it.
     let mut expect = big[(200 * BLOCK)..].to_vec();
     expect.extend_from_slice(&[0u8; 8 * BLOCK]);
@@ -542,6 +586,11 @@ fn digests_header_data_and_both() {
 fn keep_alive_timeout_tears_the_controller_down() {
     let t = target();
     let mut c = controller_kato(t.addr, 1, 1000);
+    assert_eq!(
+        c.get_features(feature::KEEP_ALIVE_TIMER, 0).unwrap(),
+        1000,
+        "Get Features KATO"
+    );
     // Kept alive, it lives well past its KATO.
     let start = Instant::now();
     while start.elapsed() < Duration::from_millis(2500) {
@@ -640,4 +689,105 @@ fn identify_lists_and_reads_a_namespace_of_each_subsystem() {
         let lba = cids.iter().find(|(c, _)| *c == done.cqe.cid).unwrap().1;
         assert_eq!(done.data, pattern(100 + lba, BLOCK));
     }
+}
+
+#[test]
+fn megabyte_transfers_at_queue_depth_32() {
+    // 32 commands of up to 1 MiB (MDTS) in flight on one connection, both
+    // directions at once: the target must keep reading while it is
+    // sending, and bound what it holds without stalling.
+    let t = target();
+    let mut c = controller(t.addr, 1, NO_DIGESTS);
+    let q = c.io(0);
+    let mut model = vec![0u8; 48 << 20];
+    let st = random_io(q, 1, 0, &mut model, 160, 32, 256, 0xb16);
+    assert_eq!(st.max_in_flight, 32);
+    assert!(st.bytes > 40 << 20, "{st:?}");
+}
+
+#[test]
+fn disable_and_enable_again() {
+    // A controller reset (CC.EN 1 -> 0), as Linux's nvme_disable_ctrl()
+    // does on every reset: the host then polls CSTS.RDY on the admin
+    // queue until it reads 0, and may enable again. The I/O queues go; the
+    // admin queue (the association) stays.
+    let t = target();
+    let mut c = controller(t.addr, 1, NO_DIGESTS);
+    c.io(0).write(1, 9, &pattern(9, BLOCK), false).unwrap();
+    let cc = c.property_get(reg::CC, false).unwrap();
+    c.property_set(reg::CC, cc & !u64::from(reg::CC_EN), false)
+        .unwrap();
+    let csts = |c: &mut Controller| -> u32 {
+        c.property_get(reg::CSTS, false)
+            .expect("CSTS read on the admin queue after CC.EN=0") as u32
+    };
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while csts(&mut c) & reg::CSTS_RDY != 0 {
+        assert!(
+            Instant::now() < deadline,
+            "CSTS.RDY still set after CC.EN=0"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    c.property_set(reg::CC, cc, false).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while csts(&mut c) & reg::CSTS_RDY == 0 {
+        assert!(Instant::now() < deadline, "CSTS.RDY not set after CC.EN=1");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert_eq!(c.identify_controller().unwrap().cntlid, c.cntlid());
+    // The old I/O queue no longer serves; a new one does, and the data is
+    // there.
+    let mut old = c.take_io_queues();
+    match old[0].read(1, 9, 1) {
+        Ok(d) => panic!("I/O queue survived a reset (read {} bytes)", d.len()),
+        Err(Error::Closed) | Err(Error::Terminated { .. }) | Err(Error::Status { .. }) => {}
+        Err(e) => panic!("{e}"),
+    }
+    let q = c.add_io_queue().unwrap();
+    assert_eq!(q.read(1, 9, 1).unwrap(), pattern(9, BLOCK));
+}
+
+#[test]
+fn stopping_the_target_closes_connections_promptly() {
+    let t = target_with(
+        TargetConfig {
+            shutdown_grace: Duration::from_secs(1),
+            ..Default::default()
+        },
+        vec![default_subsystem()],
+        &[("vol", VOL_SIZE)],
+    );
+    let addr = t.addr;
+    let mut c = controller(addr, 1, NO_DIGESTS);
+    let mut q = c.take_io_queues().pop().unwrap();
+    let worker = std::thread::spawn(move || {
+        let mut model = vec![0u8; 8 << 20];
+        let mut n = 0u64;
+        // Until the target goes away.
+        loop {
+            let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                random_io(&mut q, 1, 0, &mut model, 32, 8, 16, n)
+            }));
+            if r.is_err() {
+                return n;
+            }
+            n += 1;
+        }
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    let started = Instant::now();
+    t.stop();
+    let took = started.elapsed();
+    assert!(took < Duration::from_secs(4), "stop took {took:?}");
+    let rounds = worker.join().unwrap();
+    assert!(rounds > 0, "no I/O completed before the stop");
+    assert!(
+        c.admin().wait_closed(Duration::from_secs(2)).unwrap(),
+        "admin connection open after stop"
+    );
+    assert!(
+        std::net::TcpStream::connect(addr).is_err(),
+        "still listening"
+    );
 }

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use pontoon_nvmf::command::{Status, io_op};
-use pontoon_nvmf::initiator::{Controller, ControllerOptions, Queue, rw_sqe};
+use pontoon_nvmf::initiator::{Controller, ControllerOptions, Queue, check_moved, rw_sqe};
 use pontoon_nvmf::pdu::Digests;
 use pontoon_nvmf::{NamespaceConfig, SubsystemConfig, Subsystems, TargetConfig, TargetHandle};
 use pontoon_volume::{MemCatalog, MemVolume};
@@ -258,6 +258,7 @@ pub fn random_io(
             .remove(&c.cqe.cid)
             .unwrap_or_else(|| panic!("completion for unknown cid {}", c.cqe.cid));
         assert_eq!(c.cqe.status, Status::SUCCESS, "{op:?}");
+        check_moved(&c, op.nlb as usize * BLOCK).unwrap_or_else(|e| panic!("{op:?}: {e}"));
         let (at, len) = (op.lba as usize * BLOCK, op.nlb as usize * BLOCK);
         if op.write {
             st.writes += 1;
