@@ -332,13 +332,29 @@ impl<C: VolumeCatalog> AdminQueue<C> {
             .complete(cid, Completion::ok(EVENT_NS_CHANGED), None);
     }
 
-    /// Notices namespace changes of the controller's subsystem.
-    fn check_namespaces(&self) {
+    /// Notices configuration changes of the controller's subsystem:
+    /// namespaces added or removed become an event; a subsystem removed,
+    /// or a host taken off its allow-list, ends the controller. Returns
+    /// false once the controller must end.
+    fn check_config(&self) -> bool {
         let generation = self.w.subsystems.generation();
         if generation == self.state.borrow().generation {
-            return;
+            return true;
         }
         let snap = self.w.subsystems.snapshot();
+        let host = &self.ctrl.assoc.hostnqn;
+        let allowed = snap
+            .subsystem(&self.ctrl.assoc.subnqn)
+            .is_some_and(|s| s.allows(host, self.w.config.allow_any_host));
+        if !allowed {
+            warn!(
+                cntlid = self.ctrl.cntlid,
+                %host,
+                subnqn = %self.ctrl.assoc.subnqn,
+                "subsystem removed or host no longer allowed; ending the controller"
+            );
+            return false;
+        }
         let now = namespace_ids(&snap, &self.ctrl.assoc.subnqn);
         {
             let mut st = self.state.borrow_mut();
@@ -348,10 +364,12 @@ impl<C: VolumeCatalog> AdminQueue<C> {
             st.nsids = now;
         }
         self.deliver_events();
+        true
     }
 
     /// Runs while the controller lives: tears it down when the keep-alive
-    /// timeout passes without a command, and reports namespace changes.
+    /// timeout passes without a command or its host loses access, and
+    /// reports namespace changes.
     pub async fn watchdog(self: Rc<Self>) {
         while !self.ctrl.is_dead() && !self.w.stop.is_set() {
             compio::time::sleep(TICK).await;
@@ -368,8 +386,9 @@ impl<C: VolumeCatalog> AdminQueue<C> {
                 self.w.registry.remove(self.ctrl.cntlid);
                 break;
             }
-            if self.ctrl.assoc.subnqn != DISCOVERY_NQN {
-                self.check_namespaces();
+            if self.ctrl.assoc.subnqn != DISCOVERY_NQN && !self.check_config() {
+                self.w.registry.remove(self.ctrl.cntlid);
+                break;
             }
         }
     }
