@@ -40,6 +40,10 @@ fn listed(t: &Target, host: &str) -> BTreeSet<String> {
         assert_eq!(e.adrfam, 1, "ADRFAM of {e:?} (IPv4)");
         assert_eq!(e.traddr, "127.0.0.1", "{e:?}");
         assert_eq!(e.trsvcid, t.addr.port().to_string(), "{e:?}");
+        assert!(e.asqsz >= 32, "ASQSZ of {e:?}");
+        if e.subtype == 2 {
+            assert_eq!(e.cntlid, 0xFFFF, "CNTLID of {e:?} (dynamic controllers)");
+        }
         match e.subtype {
             2 => {
                 assert!(out.insert(e.subnqn.clone()), "{} listed twice", e.subnqn);
@@ -125,13 +129,20 @@ fn discovery_lists_only_the_subsystems_a_host_may_connect_to() {
         .unwrap();
     assert!(!cqe.status.is_success(), "{cqe:?}");
 
-    // A live change shows in the next discovery.
+    // A live change shows in the next discovery, under a new generation.
+    let genctr = u64::from_le_bytes(whole[0..8].try_into().unwrap());
     t.subsystems.set(vec![
         subsystem(NQN_A, "vol", &[HOST]),
         subsystem(NQN_B, "vol2", &[HOST2, HOST]),
     ]);
     assert_eq!(listed(&t, HOST), set(&[NQN_A, NQN_B]));
     assert_eq!(listed(&t, HOST2), set(&[NQN_B]));
+    let head = c.get_log_page(log_page::DISCOVERY, 1024, 0).unwrap();
+    assert_ne!(
+        u64::from_le_bytes(head[0..8].try_into().unwrap()),
+        genctr,
+        "GENCTR after a change"
+    );
 }
 
 #[test]
@@ -447,6 +458,13 @@ fn namespaces_added_and_removed_while_connected_raise_events() {
     assert_eq!(c.active_namespaces().unwrap(), vec![1, 2]);
     let changed = c.get_log_page(log_page::CHANGED_NS, 4096, 0).unwrap();
     assert_eq!(parse_ns_list(&changed), vec![2]);
+    // Reading the log clears it.
+    let again = c.get_log_page(log_page::CHANGED_NS, 4096, 0).unwrap();
+    assert_eq!(
+        parse_ns_list(&again),
+        Vec::<u32>::new(),
+        "log not cleared by reading"
+    );
     let n2 = c.identify_namespace(2).unwrap();
     assert_eq!(n2.nsze, 16 * MIB / 4096);
     let descs = c.ns_descriptors(2).unwrap();
@@ -790,4 +808,78 @@ fn stopping_the_target_closes_connections_promptly() {
         std::net::TcpStream::connect(addr).is_err(),
         "still listening"
     );
+}
+
+#[test]
+fn several_workers_serve_one_controller_across_threads() {
+    // Four workers: a controller's admin and I/O connections land on
+    // different threads (SO_REUSEPORT spreads them), so controller state,
+    // events and teardown cross threads.
+    let t = target_workers(
+        4,
+        TargetConfig::default(),
+        vec![default_subsystem()],
+        &[("vol", VOL_SIZE), ("vol2", 16 * MIB)],
+    );
+    let mut c = controller(t.addr, 8, NO_DIGESTS);
+    assert_eq!(c.io_queue_count(), 8);
+    c.set_features(feature::ASYNC_EVENT_CONFIG, feature::AEC_NS_ATTR)
+        .unwrap();
+    let aer = c.submit_async_event().unwrap();
+    const REGION_BLOCKS: u64 = 1024;
+    let handles: Vec<_> = c
+        .take_io_queues()
+        .into_iter()
+        .enumerate()
+        .map(|(i, mut q)| {
+            std::thread::spawn(move || {
+                let mut model = vec![0u8; REGION_BLOCKS as usize * BLOCK];
+                random_io(
+                    &mut q,
+                    1,
+                    i as u64 * REGION_BLOCKS,
+                    &mut model,
+                    150,
+                    16,
+                    32,
+                    0xa11 + i as u64,
+                );
+                (q, model)
+            })
+        })
+        .collect();
+    // A namespace added while the I/O runs: the event reaches the admin
+    // queue whichever thread serves it.
+    let mut with_two = default_subsystem();
+    with_two.namespaces.push(ns(2, "vol2"));
+    t.subsystems.set(vec![with_two]);
+    let cqe = c.wait_async_event(aer, Duration::from_secs(5)).unwrap();
+    assert_eq!((cqe.status, cqe.dw0), (Status::SUCCESS, 0x0004_0002));
+    let mut results: Vec<_> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+    for i in 0..results.len() {
+        let model = results[i].1.clone();
+        let j = (i + 3) % results.len();
+        verify_region(&mut results[j].0, 1, i as u64 * REGION_BLOCKS, &model);
+    }
+    // Namespace 2 works from every queue.
+    for (i, (q, _)) in results.iter_mut().enumerate() {
+        q.write(2, i as u64, &pattern(i as u64, BLOCK), false)
+            .unwrap();
+    }
+    for (i, (q, _)) in results.iter_mut().rev().enumerate() {
+        let lba = (7 - i) as u64;
+        assert_eq!(q.read(2, lba, 1).unwrap(), pattern(lba, BLOCK));
+    }
+
+    // Keep-alive expiry closes every connection of a controller, on every
+    // thread.
+    let mut k = controller_kato(t.addr, 6, 1000);
+    let mut qs = k.take_io_queues();
+    assert!(k.admin().wait_closed(Duration::from_secs(6)).unwrap());
+    for q in &mut qs {
+        assert!(q.wait_closed(Duration::from_secs(2)).unwrap());
+    }
+    // The first controller (KATO 30 s) is unaffected.
+    c.keep_alive().unwrap();
+    assert_eq!(results[0].0.read(1, 0, 1).unwrap().len(), BLOCK);
 }
