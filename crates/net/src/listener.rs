@@ -117,7 +117,20 @@ impl Workers {
 
 impl Drop for Workers {
     fn drop(&mut self) {
-        if let Err(e) = self.shutdown() {
+        // compio aborts the process when a runtime is woken from a thread
+        // that is panicking; a test failing with a server in scope would
+        // take the whole test binary down. Raise the stop from a fresh
+        // thread then.
+        let result = if thread::panicking() {
+            thread::scope(|s| {
+                s.spawn(|| self.shutdown())
+                    .join()
+                    .unwrap_or_else(|_| Err("stopping thread panicked".into()))
+            })
+        } else {
+            self.shutdown()
+        };
+        if let Err(e) = result {
             warn!("stopping workers: {e}");
         }
     }

@@ -116,7 +116,16 @@ impl<C: VolumeCatalog> AdminQueue<C> {
         } else {
             let value = u64::from(sqe.dword(12)) | (u64::from(sqe.dword(13)) << 32);
             match self.ctrl.property_set(offset, value, size8) {
-                Ok(()) => Completion::ok(0),
+                Ok(reset) => {
+                    if reset {
+                        // A reset aborts outstanding event requests; the
+                        // host submits new ones after enabling again.
+                        let mut st = self.state.borrow_mut();
+                        st.aers.clear();
+                        st.masked = false;
+                    }
+                    Completion::ok(0)
+                }
                 Err(s) => Completion::status(s),
             }
         }

@@ -87,7 +87,8 @@ pub(crate) struct Controller {
     pub counters: Counters,
     regs: Mutex<Regs>,
     connected: Mutex<BTreeSet<u16>>,
-    closers: Mutex<Vec<oneshot::Sender<()>>>,
+    /// Teardown signals: (is an I/O queue's, sender).
+    closers: Mutex<Vec<(bool, oneshot::Sender<()>)>>,
     dead: AtomicBool,
 }
 
@@ -112,10 +113,11 @@ impl Controller {
     }
 
     /// Writes a property. Only CC is writable: EN drives CSTS.RDY (a
-    /// transition to 0 resets the controller, closing its I/O queues), SHN
+    /// transition to 0 resets the controller, closing its I/O queues but
+    /// keeping the admin queue, on which the host then polls CSTS), SHN
     /// completes a shutdown at once (nothing is cached: every write was
-    /// durable before it completed).
-    pub fn property_set(&self, offset: u32, value: u64, size8: bool) -> Result<(), Status> {
+    /// durable before it completed). Returns whether this was a reset.
+    pub fn property_set(&self, offset: u32, value: u64, size8: bool) -> Result<bool, Status> {
         if offset != prop::CC || size8 {
             return Err(Status::INVALID_FIELD);
         }
@@ -143,7 +145,7 @@ impl Controller {
         if reset {
             self.close_io_queues();
         }
-        Ok(())
+        Ok(reset)
     }
 
     /// Whether the controller is enabled and ready (I/O queues may connect).
@@ -169,13 +171,13 @@ impl Controller {
     }
 
     /// A signal that fires when the controller is torn down (or at once if
-    /// it already was).
-    pub fn on_teardown(&self) -> oneshot::Receiver<()> {
+    /// it already was); for an I/O queue (`io`), also on a reset.
+    pub fn on_teardown(&self, io: bool) -> oneshot::Receiver<()> {
         let (tx, rx) = oneshot::channel();
         if self.dead.load(Ordering::Acquire) {
             let _ = tx.send(());
         } else {
-            lock(&self.closers).push(tx);
+            lock(&self.closers).push((io, tx));
         }
         rx
     }
@@ -188,15 +190,23 @@ impl Controller {
     /// Closes every queue of the controller.
     pub fn teardown(&self) {
         self.dead.store(true, Ordering::Release);
-        for tx in lock(&self.closers).drain(..) {
+        for (_, tx) in lock(&self.closers).drain(..) {
             let _ = tx.send(());
         }
     }
 
+    /// A reset: every I/O queue's connection closes; the admin queue stays.
     fn close_io_queues(&self) {
-        // The queues' connections watch the same signal as the admin
-        // queue; a reset ends the association, as Linux's nvmet does.
-        self.teardown();
+        let io: Vec<oneshot::Sender<()>> = {
+            let mut closers = lock(&self.closers);
+            let (io, admin): (Vec<_>, Vec<_>) = closers.drain(..).partition(|(io, _)| *io);
+            *closers = admin;
+            io.into_iter().map(|(_, tx)| tx).collect()
+        };
+        lock(&self.connected).clear();
+        for tx in io {
+            let _ = tx.send(());
+        }
     }
 }
 
@@ -321,7 +331,18 @@ mod tests {
         a.attach_io_queue(1).unwrap();
         assert!(a.attach_io_queue(1).is_err());
         assert!(a.attach_io_queue(3).is_err());
-        let mut rx = a.on_teardown();
+        let mut io = a.on_teardown(true);
+        let mut admin = a.on_teardown(false);
+        a.property_set(prop::CC, 1 | 6 << 16 | 4 << 20, false)
+            .unwrap();
+        assert_eq!(a.property_set(prop::CC, 0, false), Ok(true));
+        assert_eq!(io.try_recv(), Ok(Some(())));
+        assert_eq!(admin.try_recv(), Ok(None));
+        assert!(
+            a.attach_io_queue(1).is_ok(),
+            "a reset forgets the I/O queues"
+        );
+        let mut rx = a.on_teardown(false);
         r.remove(a.cntlid);
         assert_eq!(rx.try_recv(), Ok(Some(())));
         assert!(r.get(a.cntlid).is_none());

@@ -76,6 +76,14 @@ impl PduType {
         }
     }
 
+    /// Whether hosts send this type (the others come from controllers).
+    pub fn from_host(self) -> bool {
+        matches!(
+            self,
+            Self::IcReq | Self::H2CTermReq | Self::CapsuleCmd | Self::H2CData
+        )
+    }
+
     /// Whether this type carries a header digest once they are enabled.
     pub fn has_header_digest(self) -> bool {
         !matches!(

@@ -354,6 +354,9 @@ impl<C: VolumeCatalog> ConnLoop<C> {
             Ok(Err(e)) => return Err(End::Io(e)),
         };
         let header = CommonHeader::decode(&ch);
+        if PduType::from_u8(header.pdu_type).is_some_and(|t| t != PduType::IcReq && t.from_host()) {
+            return Err(terminate(PduError::sequence("a PDU before ICReq"), &ch));
+        }
         if let Err(e) = pdu::validate(&header, Digests::default(), 0, &[PduType::IcReq]) {
             return Err(terminate(e, &ch));
         }
@@ -418,6 +421,9 @@ impl<C: VolumeCatalog> ConnLoop<C> {
         ch: [u8; CH_LEN],
     ) -> Result<(), End> {
         let header = CommonHeader::decode(&ch);
+        if header.pdu_type == PduType::IcReq as u8 {
+            return Err(End::Violation(PduError::sequence("a second ICReq")));
+        }
         let max_data = self
             .in_capsule_limit()
             .max(self.w.config.max_h2c_data as usize);
@@ -812,7 +818,7 @@ impl<C: VolumeCatalog> ConnLoop<C> {
                 c.qid,
             ));
         }
-        self.teardown = Some(ctrl.on_teardown().shared());
+        self.teardown = Some(ctrl.on_teardown(c.qid != 0).shared());
         conn.qid.set(c.qid);
         conn.entries.set(u32::from(c.sqsize) + 1);
         Ok(ctrl.cntlid)

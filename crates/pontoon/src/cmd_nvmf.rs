@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::{Context, Result, anyhow};
 use clap::{Args, Subcommand};
@@ -24,12 +24,12 @@ use serde::Serialize;
 
 use crate::cluster_args::ClusterArgs;
 
-/// How often the gateway compares the map it holds with the subsystems it
-/// serves. `MapFeed` publishes each new map (its etcd watch delivers
-/// changes within tens of milliseconds) but has no change notification,
-/// so the gateway polls it: one lock, one `Arc` clone and a comparison of
-/// the small `nvmf` table, bounded and cheap.
-const CONFIG_POLL: Duration = Duration::from_millis(500);
+/// How often the gateway looks at the map's epoch. `MapFeed` publishes each
+/// new map (its etcd watch delivers changes within milliseconds) but has no
+/// change notification, so the gateway polls the epoch (one atomic load)
+/// and compares the small `nvmf` table only when it moved. Short, so a
+/// host can connect right after `nvmf ns add` / `host allow` returns.
+const CONFIG_POLL: Duration = Duration::from_millis(10);
 
 /// Arguments of `pontoon nvmf`.
 #[derive(Args, Debug)]
@@ -400,14 +400,14 @@ fn run_gateway(cluster: &ClusterArgs, args: &GatewayArgs) -> Result<()> {
         }
     );
     warn_closed(&served, args.allow_any_host);
-    let mut last_poll = Instant::now();
+    let mut seen_epoch = feed.epoch();
     while !stop.load(Ordering::Relaxed) {
-        std::thread::sleep(Duration::from_millis(100));
-        if last_poll.elapsed() < CONFIG_POLL {
+        std::thread::sleep(CONFIG_POLL);
+        if feed.epoch() == seen_epoch {
             continue;
         }
-        last_poll = Instant::now();
         let map = feed.current();
+        seen_epoch = map.epoch.0;
         if map.nvmf != served {
             served = map.nvmf.clone();
             subsystems.set(target_config(&served));

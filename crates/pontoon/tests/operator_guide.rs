@@ -2,7 +2,7 @@
 //! line of its ```console blocks, in order, in ONE bash session (so
 //! `export` and the backgrounded `pontoon up ... &` carry over), stopping
 //! at the first command that fails. `DIR` is a fresh directory, `NBD_PORT`
-//! a free port, and the built `pontoon` is first on `PATH`.
+//! and `NVMF_PORT` free ports, and the built `pontoon` is first on `PATH`.
 //!
 //! After a `pontoon up ... &` line the script waits (at most 60 s) for
 //! `$DIR/cluster.toml`, which `up` writes once the cluster is ready. Each
@@ -177,6 +177,7 @@ struct Run {
     /// Beside DIR: the script, the collected pids.
     aux: PathBuf,
     nbd_port: u16,
+    nvmf_port: u16,
     bash: Option<Child>,
     /// bash's process group (its pid), which `up` and every command share.
     pgid: Option<libc::pid_t>,
@@ -185,7 +186,7 @@ struct Run {
 
 impl Run {
     /// Whether `pid` is a process of this run (not a reused pid): its
-    /// command line names DIR (`up`, etcd, OSDs) or the NBD address.
+    /// command line names DIR (`up`, etcd, OSDs) or a gateway's address.
     fn is_ours(&self, pid: u32) -> bool {
         let Ok(raw) = std::fs::read(format!("/proc/{pid}/cmdline")) else {
             return false;
@@ -193,6 +194,7 @@ impl Run {
         let cmdline = String::from_utf8_lossy(&raw);
         cmdline.contains(&*self.dir.to_string_lossy())
             || cmdline.contains(&format!("127.0.0.1:{}", self.nbd_port))
+            || cmdline.contains(&format!("127.0.0.1:{}", self.nvmf_port))
     }
 
     /// Every pid the cluster's pid files ever held, `up`'s too.
@@ -313,6 +315,7 @@ fn the_operator_guide_works_as_written() {
         dir: root.join("cluster"),
         aux: aux.clone(),
         nbd_port: free_port(),
+        nvmf_port: free_port(),
         bash: None,
         pgid: None,
         _tmp: tmp,
@@ -333,6 +336,7 @@ fn the_operator_guide_works_as_written() {
         .arg(&script_path)
         .env("DIR", &run.dir)
         .env("NBD_PORT", run.nbd_port.to_string())
+        .env("NVMF_PORT", run.nvmf_port.to_string())
         .env("PATH", path)
         // A new user's shell knows no cluster yet.
         .env_remove("PONTOON_CLUSTER")
