@@ -73,11 +73,23 @@ impl Up {
     /// Starts a one-OSD cluster in `dir` with `extra` arguments; its
     /// stdout goes to `dir/up.out`.
     fn start(dir: &Path, extra: &[&str]) -> Up {
+        Self::start_with(dir, 1, extra)
+    }
+
+    /// Like [`Up::start`], with `osds` OSDs.
+    fn start_with(dir: &Path, osds: usize, extra: &[&str]) -> Up {
         let out = std::fs::File::create(dir.join("up.out")).expect("create up.out");
         let child = Command::new(PONTOON)
             .args(["up", "--dir"])
             .arg(dir)
-            .args(["--osds", "1", "--osd-size", "128M", "--shards", "1"])
+            .args([
+                "--osds",
+                &osds.to_string(),
+                "--osd-size",
+                "256M",
+                "--shards",
+                "1",
+            ])
             .args(["--lease-ttl", "3s", "--out-after", "120s"])
             .args(extra)
             .stdin(Stdio::null())
@@ -442,11 +454,13 @@ fn up_runs_an_nvme_tcp_gateway_that_follows_the_map() {
     let mut up = Up::start(dir, &["--nvmf", &addr.to_string()]);
     eprintln!("cluster with gateway ready after {:?}", started.elapsed());
 
-    let printed = std::fs::read_to_string(dir.join("up.out")).unwrap_or_default();
-    assert!(
-        printed.contains(&format!("nvmf     nvme-tcp://{addr}")),
-        "{printed}"
-    );
+    // `up` prints its endpoints right after writing cluster.toml.
+    let line = format!("nvmf     nvme-tcp://{addr}");
+    eventually("up to print the gateway's endpoint", || {
+        std::fs::read_to_string(dir.join("up.out"))
+            .ok()
+            .filter(|p| p.contains(&line))
+    });
     let gw = read_pid(&dir.join("run/nvmf.pid")).expect("run/nvmf.pid");
     assert!(alive(gw));
     assert!(dir.join("log/nvmf.log").exists());
@@ -590,4 +604,61 @@ fn through_the_initiator(dir: &Path, addr: SocketAddr) {
         (ids == vec![1, 2]).then_some(())
     });
     let _ = c.shutdown();
+}
+
+/// The Linux kernel's NVMe/TCP initiator (in the vm-initiator guest)
+/// against the gateway of a real 3-OSD cluster with a size-3 pool:
+/// discovery, two I/O queues, O_DIRECT and buffered write/verify, with and
+/// without header and data digests.
+#[test]
+fn the_linux_kernel_initiator_works_through_the_cluster_gateway() {
+    /// The host NQN the harness presents by default.
+    const VM_HOST: &str = "nqn.2014-08.org.nvmexpress:uuid:0f0e0d0c-0b0a-0908-0706-050403020100";
+    let (_tmp, dir) = tempdir("pontoon-nvmf-kernel-");
+    let dir = dir.as_path();
+    let addr = SocketAddr::from(([127, 0, 0, 1], free_port()));
+    let mut up = Up::start_with(dir, 3, &["--nvmf", &addr.to_string()]);
+    ok(
+        dir,
+        &[
+            "pool",
+            "create",
+            "r3",
+            "--size",
+            "3",
+            "--pgs",
+            "16",
+            "--failure-domain",
+            "osd",
+        ],
+    );
+    ok(
+        dir,
+        &["volume", "create", "disk", "--size", "64M", "--pool", "r3"],
+    );
+    ok(dir, &["nvmf", "subsystem", "add", NQN]);
+    ok(dir, &["nvmf", "ns", "add", NQN, "disk"]);
+    ok(dir, &["nvmf", "host", "allow", NQN, VM_HOST]);
+    // The gateway has the subsystem once our own initiator can connect.
+    eventually("the gateway to serve the subsystem", || {
+        Controller::connect(addr, NQN, VM_HOST, 0, 2, Default::default()).ok()
+    });
+    let r = pontoon_testtools::run_vm(
+        "tests/nvme-tcp.sh",
+        &[
+            format!("PORT={}", addr.port()),
+            format!("NQN={NQN}"),
+            format!("HOSTNQN={VM_HOST}"),
+            "DIGESTS=1".into(),
+            "SIZE_MB=16".into(),
+            "EXTRA=,nr_io_queues=2".into(),
+        ],
+        Duration::from_secs(300),
+    );
+    assert!(
+        pontoon_testtools::vm_passed(&r),
+        "the kernel's nvme-tcp initiator failed against the cluster gateway:\n{}",
+        r.report()
+    );
+    assert!(up.stop().success());
 }
