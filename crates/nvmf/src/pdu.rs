@@ -449,23 +449,40 @@ pub struct IcReq {
 impl IcReq {
     /// Decodes the 120 bytes after the common header.
     pub fn decode(rest: &[u8]) -> Self {
+        let (pfv, hpda, digests, maxr2t) = decode_ic(rest);
         Self {
-            pfv: u16::from_le_bytes([rest[0], rest[1]]),
-            hpda: rest[2],
-            digests: Digests::from_bits(rest[3]),
-            maxr2t: u32::from_le_bytes([rest[4], rest[5], rest[6], rest[7]]),
+            pfv,
+            hpda,
+            digests,
+            maxr2t,
         }
     }
 
     /// Encodes the whole PDU.
     pub fn encode(&self) -> Vec<u8> {
-        let mut s = [0u8; IC_LEN - CH_LEN];
-        s[0..2].copy_from_slice(&self.pfv.to_le_bytes());
-        s[2] = self.hpda;
-        s[3] = self.digests.bits();
-        s[4..8].copy_from_slice(&self.maxr2t.to_le_bytes());
-        header(PduType::IcReq, 0, &s, 0, Digests::default())
+        encode_ic(PduType::IcReq, self.pfv, self.hpda, self.digests, self.maxr2t)
     }
+}
+
+/// ICReq and ICResp share one layout after the common header: PFV, the
+/// sender's PDU data alignment, the digests, and a 32-bit limit (MAXR2T,
+/// MAXH2CDATA).
+fn decode_ic(rest: &[u8]) -> (u16, u8, Digests, u32) {
+    (
+        u16::from_le_bytes([rest[0], rest[1]]),
+        rest[2],
+        Digests::from_bits(rest[3]),
+        u32::from_le_bytes([rest[4], rest[5], rest[6], rest[7]]),
+    )
+}
+
+fn encode_ic(t: PduType, pfv: u16, pda: u8, digests: Digests, limit: u32) -> Vec<u8> {
+    let mut s = [0u8; IC_LEN - CH_LEN];
+    s[0..2].copy_from_slice(&pfv.to_le_bytes());
+    s[2] = pda;
+    s[3] = digests.bits();
+    s[4..8].copy_from_slice(&limit.to_le_bytes());
+    header(t, 0, &s, 0, Digests::default())
 }
 
 /// ICResp: the controller's connection parameters.
@@ -484,22 +501,24 @@ pub struct IcResp {
 impl IcResp {
     /// Decodes the 120 bytes after the common header.
     pub fn decode(rest: &[u8]) -> Self {
+        let (pfv, cpda, digests, maxh2cdata) = decode_ic(rest);
         Self {
-            pfv: u16::from_le_bytes([rest[0], rest[1]]),
-            cpda: rest[2],
-            digests: Digests::from_bits(rest[3]),
-            maxh2cdata: u32::from_le_bytes([rest[4], rest[5], rest[6], rest[7]]),
+            pfv,
+            cpda,
+            digests,
+            maxh2cdata,
         }
     }
 
     /// Encodes the whole PDU.
     pub fn encode(&self) -> Vec<u8> {
-        let mut s = [0u8; IC_LEN - CH_LEN];
-        s[0..2].copy_from_slice(&self.pfv.to_le_bytes());
-        s[2] = self.cpda;
-        s[3] = self.digests.bits();
-        s[4..8].copy_from_slice(&self.maxh2cdata.to_le_bytes());
-        header(PduType::IcResp, 0, &s, 0, Digests::default())
+        encode_ic(
+            PduType::IcResp,
+            self.pfv,
+            self.cpda,
+            self.digests,
+            self.maxh2cdata,
+        )
     }
 }
 

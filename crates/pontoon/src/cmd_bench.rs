@@ -17,7 +17,7 @@ use pontoon_types::parse_size;
 use serde::Serialize;
 
 use crate::cluster_args::{ClusterArgs, parse_duration};
-use crate::load::{self, Progress};
+use crate::load::{self, Progress, ProgressLine};
 use crate::nvmf_bench;
 
 /// The access pattern.
@@ -163,20 +163,10 @@ pub fn run(args: BenchArgs) -> Result<()> {
         let reporter = (!args.json).then(|| {
             let progress = progress.clone();
             compio::runtime::spawn(async move {
-                let t0 = Instant::now();
-                let (mut last_ios, mut last_t) = (0u64, t0);
+                let mut line = ProgressLine::new(bs);
                 loop {
                     compio::time::sleep(Duration::from_millis(500)).await;
-                    let (ios, now) = (progress.ios.get(), Instant::now());
-                    let rate = (ios - last_ios) as f64 / (now - last_t).as_secs_f64();
-                    eprint!(
-                        "\r  {:5.1}s  {:>9.0} IOPS  {:>8.1} MB/s  {:>10} ops",
-                        (now - t0).as_secs_f64(),
-                        rate,
-                        rate * bs as f64 / 1e6,
-                        ios
-                    );
-                    (last_ios, last_t) = (ios, now);
+                    line.update(progress.ios.get());
                 }
             })
         });
@@ -282,23 +272,10 @@ fn run_nvmf(
     let m = std::thread::scope(|s| {
         let reporter = (!args.json).then(|| {
             s.spawn(|| {
-                let t0 = Instant::now();
-                let (mut last, mut last_t) = (0u64, t0);
+                let mut line = ProgressLine::new(bs);
                 while running.load(std::sync::atomic::Ordering::Acquire) {
                     std::thread::sleep(Duration::from_millis(500));
-                    let (ios, now) = (
-                        progress.load(std::sync::atomic::Ordering::Relaxed),
-                        Instant::now(),
-                    );
-                    let rate = (ios - last) as f64 / (now - last_t).as_secs_f64();
-                    eprint!(
-                        "\r  {:5.1}s  {:>9.0} IOPS  {:>8.1} MB/s  {:>10} ops",
-                        (now - t0).as_secs_f64(),
-                        rate,
-                        rate * bs as f64 / 1e6,
-                        ios
-                    );
-                    (last, last_t) = (ios, now);
+                    line.update(progress.load(std::sync::atomic::Ordering::Relaxed));
                 }
             })
         });

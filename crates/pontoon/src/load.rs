@@ -124,3 +124,38 @@ where
     };
     Ok((m, h))
 }
+
+/// The live progress line a benchmark rewrites every half second.
+pub struct ProgressLine {
+    t0: Instant,
+    last_ios: u64,
+    last_t: Instant,
+    bytes_per_op: u64,
+}
+
+impl ProgressLine {
+    /// Starts the clock.
+    pub fn new(bytes_per_op: u64) -> Self {
+        let now = Instant::now();
+        Self {
+            t0: now,
+            last_ios: 0,
+            last_t: now,
+            bytes_per_op,
+        }
+    }
+
+    /// Prints the rate since the last call, given the operations done so far.
+    pub fn update(&mut self, ios: u64) {
+        let now = Instant::now();
+        let rate = (ios - self.last_ios) as f64 / (now - self.last_t).as_secs_f64();
+        eprint!(
+            "\r  {:5.1}s  {:>9.0} IOPS  {:>8.1} MB/s  {:>10} ops",
+            (now - self.t0).as_secs_f64(),
+            rate,
+            rate * self.bytes_per_op as f64 / 1e6,
+            ios
+        );
+        (self.last_ios, self.last_t) = (ios, now);
+    }
+}

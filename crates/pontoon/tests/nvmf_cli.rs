@@ -9,47 +9,23 @@
 //!
 //! Needs etcd (Debian's etcd-server; scripts/deps.sh installs it).
 
+mod common;
+
+use common::*;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use pontoon_nvmf::initiator::{self, Controller};
 use serde_json::Value;
 
-const PONTOON: &str = env!("CARGO_BIN_EXE_pontoon");
 /// Longest `pontoon up` may take to be ready.
 const WAIT: Duration = Duration::from_secs(60);
-/// Longest any one CLI command may take.
-const COMMAND_TIMEOUT: Duration = Duration::from_secs(30);
 
 const NQN: &str = "nqn.2024-01.io.pontoon:db";
 const HOST: &str = "nqn.2014-08.org.nvmexpress:uuid:6c2a2b34-1c1e-4d7a-9f7e-4a1d2b3c4d5e";
-
-/// Whether `pid` exists and is not a zombie.
-fn alive(pid: u32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Ok(stat) => stat
-            .rsplit_once(')')
-            .and_then(|(_, rest)| rest.split_whitespace().next())
-            .is_some_and(|state| state != "Z"),
-        Err(_) => false,
-    }
-}
-
-fn signal(pid: u32, sig: libc::c_int) {
-    let pid = libc::pid_t::try_from(pid).expect("pid fits pid_t");
-    assert!(pid > 0);
-    // SAFETY: kill on one positive pid.
-    unsafe {
-        libc::kill(pid, sig);
-    }
-}
-
-fn read_pid(path: &Path) -> Option<u32> {
-    std::fs::read_to_string(path).ok()?.trim().parse().ok()
-}
 
 /// Whether `pid` belongs to this test's cluster (not a reused pid): its
 /// command line names the directory or, for a gateway, the cluster's etcd.
@@ -193,49 +169,6 @@ impl Drop for Up {
     }
 }
 
-/// Runs `pontoon ARGS --cluster DIR` (bounded), returning its output.
-fn pontoon(dir: &Path, args: &[&str]) -> Output {
-    let mut child = Command::new(PONTOON)
-        .args(args)
-        .arg("--cluster")
-        .arg(dir)
-        .env_remove("PONTOON_CLUSTER")
-        .env_remove("PONTOON_ETCD")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("run pontoon");
-    let deadline = Instant::now() + COMMAND_TIMEOUT;
-    while child.try_wait().expect("wait").is_none() {
-        if Instant::now() >= deadline {
-            let _ = child.kill();
-            panic!("pontoon {args:?} took longer than {COMMAND_TIMEOUT:?}");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    child.wait_with_output().expect("collect output")
-}
-
-/// Runs a command that must succeed; returns its stdout.
-fn ok(dir: &Path, args: &[&str]) -> String {
-    let out = pontoon(dir, args);
-    assert!(
-        out.status.success(),
-        "pontoon {args:?} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-/// Runs a command that must fail with exit code `code`; returns its stderr.
-fn fails(dir: &Path, args: &[&str], code: i32) -> String {
-    let out = pontoon(dir, args);
-    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
-    assert_eq!(out.status.code(), Some(code), "pontoon {args:?}: {stderr}");
-    stderr
-}
-
 /// Runs a command that must fail with `error: ...` on one line, exit 1,
 /// mentioning every one of `wants`.
 fn fails_with(dir: &Path, args: &[&str], wants: &[&str]) {
@@ -245,12 +178,6 @@ fn fails_with(dir: &Path, args: &[&str], wants: &[&str]) {
     for w in wants {
         assert!(e.contains(w), "{args:?}: {e:?} does not mention {w:?}");
     }
-}
-
-fn json(dir: &Path, args: &[&str]) -> Value {
-    let text = ok(dir, args);
-    serde_json::from_str(&text)
-        .unwrap_or_else(|e| panic!("{args:?} printed bad JSON ({e}): {text}"))
 }
 
 fn tempdir(prefix: &str) -> (tempfile::TempDir, PathBuf) {

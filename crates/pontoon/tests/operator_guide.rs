@@ -13,6 +13,9 @@
 //!
 //! Needs etcd-server, fio, qemu-utils and libnbd-bin (scripts/deps.sh).
 
+mod common;
+
+use common::*;
 use std::io::{BufRead, BufReader};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
@@ -20,7 +23,6 @@ use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-const PONTOON: &str = env!("CARGO_BIN_EXE_pontoon");
 const GUIDE: &str = include_str!("../../../docs/operator-guide.md");
 /// Longest `pontoon up` may take to write cluster.toml.
 const UP_READY_SECS: u32 = 60;
@@ -129,21 +131,6 @@ fn by_command(out: &[String]) -> Vec<(String, String)> {
         }
     }
     v
-}
-
-/// Whether `pid` exists and is not a zombie.
-fn alive(pid: u32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Ok(stat) => stat
-            .rsplit_once(')')
-            .and_then(|(_, rest)| rest.split_whitespace().next())
-            .is_some_and(|state| state != "Z"),
-        Err(_) => false,
-    }
-}
-
-fn read_pid(path: &Path) -> Option<u32> {
-    std::fs::read_to_string(path).ok()?.trim().parse().ok()
 }
 
 /// Pids, one a line.
