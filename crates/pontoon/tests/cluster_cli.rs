@@ -8,120 +8,10 @@
 mod common;
 
 use common::*;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-
-/// Longest wait for any one state the test expects.
-const WAIT: Duration = Duration::from_secs(60);
-
-/// Whether `pid` belongs to this test's cluster directory (not a reused pid).
-fn is_ours(pid: u32, dir: &Path) -> bool {
-    std::fs::read(format!("/proc/{pid}/cmdline"))
-        .map(|c| String::from_utf8_lossy(&c).contains(&*dir.to_string_lossy()))
-        .unwrap_or(false)
-}
-
-/// A running `pontoon up`; on drop (also on panic) it is stopped with
-/// SIGTERM and whatever is left of the cluster is killed by pid.
-struct Up {
-    child: Option<Child>,
-    dir: PathBuf,
-}
-
-impl Up {
-    fn start(dir: &Path) -> Up {
-        let child = Command::new(PONTOON)
-            .args(["up", "--dir"])
-            .arg(dir)
-            .args(["--osds", "3", "--osd-size", "256M", "--shards", "1"])
-            .args(["--lease-ttl", "3s", "--out-after", "120s"])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("run pontoon up");
-        let up = Up {
-            child: Some(child),
-            dir: dir.to_path_buf(),
-        };
-        up.wait_ready();
-        up
-    }
-
-    fn pid(&self) -> u32 {
-        self.child.as_ref().map_or(0, Child::id)
-    }
-
-    /// Waits until cluster.toml names this `up` process (it is written
-    /// once the cluster is ready).
-    fn wait_ready(&self) {
-        let file = self.dir.join("cluster.toml");
-        let want = format!("pid = \"{}\"", self.pid());
-        let deadline = Instant::now() + WAIT;
-        loop {
-            if std::fs::read_to_string(&file).is_ok_and(|t| t.contains(&want)) {
-                return;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "pontoon up was not ready within {WAIT:?}"
-            );
-            std::thread::sleep(Duration::from_millis(100));
-        }
-    }
-
-    /// Stops `up` with SIGTERM and waits (bounded) for it to exit.
-    fn stop(&mut self) -> std::process::ExitStatus {
-        let mut child = self.child.take().expect("up is running");
-        signal(child.id(), libc::SIGTERM);
-        let deadline = Instant::now() + Duration::from_secs(40);
-        loop {
-            if let Some(status) = child.try_wait().expect("wait for up") {
-                return status;
-            }
-            if Instant::now() >= deadline {
-                let _ = child.kill();
-                let _ = child.wait();
-                panic!("pontoon up did not stop within 40 s of SIGTERM");
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-
-    /// Every pid in the directory's pid files.
-    fn pids(&self) -> Vec<u32> {
-        let Ok(entries) = std::fs::read_dir(self.dir.join("run")) else {
-            return Vec::new();
-        };
-        entries
-            .filter_map(Result::ok)
-            .filter_map(|e| read_pid(&e.path()))
-            .collect()
-    }
-}
-
-impl Drop for Up {
-    fn drop(&mut self) {
-        let pids = self.pids();
-        if let Some(mut child) = self.child.take() {
-            signal(child.id(), libc::SIGTERM);
-            let deadline = Instant::now() + Duration::from_secs(25);
-            while child.try_wait().ok().flatten().is_none() && Instant::now() < deadline {
-                std::thread::sleep(Duration::from_millis(50));
-            }
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-        for pid in pids {
-            if alive(pid) && is_ours(pid, &self.dir) {
-                signal(pid, libc::SIGKILL);
-            }
-        }
-    }
-}
 
 /// Polls `status --json` until `pred` holds; returns that status.
 fn wait_status(dir: &Path, what: &str, pred: impl Fn(&Value) -> bool) -> Value {
@@ -155,7 +45,7 @@ fn local_cluster_survives_an_osd_kill_and_a_restart_from_the_cli() {
         .tempdir()
         .expect("tempdir");
     let dir = tmp.path().canonicalize().expect("canonical tempdir");
-    let mut up = Up::start(&dir);
+    let mut up = Up::start_with(&dir, 3, &[]);
     eprintln!("cluster ready after {:?}", started.elapsed());
 
     ok(&dir, &["pool", "create", "p", "--size", "3", "--pgs", "16"]);
@@ -199,7 +89,7 @@ fn local_cluster_survives_an_osd_kill_and_a_restart_from_the_cli() {
     // acting sets, and every PG runs degraded on the other two.
     let pid_file = dir.join("run/osd.1.pid");
     let victim = read_pid(&pid_file).expect("osd.1 pid file");
-    assert!(is_ours(victim, &dir));
+    assert!(is_ours(victim, &dir, ""));
     signal(victim, libc::SIGKILL);
     let s = wait_status(&dir, "osd.1 down and 16 PGs degraded", |s| {
         s["osds"]["up"] == 2 && pgs_in(s, "active+degraded") == 16
@@ -231,7 +121,7 @@ fn local_cluster_survives_an_osd_kill_and_a_restart_from_the_cli() {
     drop(up);
 
     // The same directory brings the same cluster back, with its data.
-    let up = Up::start(&dir);
+    let up = Up::start_with(&dir, 3, &[]);
     let pools = json(&dir, &["pool", "ls", "--json"]);
     assert_eq!(pools[0]["name"], "p", "{pools}");
     let vols = json(&dir, &["volume", "ls", "--json"]);

@@ -3,8 +3,8 @@
 //! processes a cluster runs.
 #![allow(dead_code)]
 
-use std::path::Path;
-use std::process::{Command, Output, Stdio};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
@@ -13,6 +13,8 @@ use serde_json::Value;
 pub const PONTOON: &str = env!("CARGO_BIN_EXE_pontoon");
 /// Longest one CLI command may take.
 pub const COMMAND_TIMEOUT: Duration = Duration::from_secs(30);
+/// Longest `pontoon up` may take to be ready.
+pub const WAIT: Duration = Duration::from_secs(60);
 
 /// Whether `pid` exists and is not a zombie.
 pub fn alive(pid: u32) -> bool {
@@ -88,4 +90,146 @@ pub fn json(dir: &Path, args: &[&str]) -> Value {
     let text = ok(dir, args);
     serde_json::from_str(&text)
         .unwrap_or_else(|e| panic!("{args:?} printed bad JSON ({e}): {text}"))
+}
+
+/// Whether `pid` belongs to this test's cluster (not a reused pid): its
+/// command line names the directory or, for a gateway, the cluster's etcd.
+pub fn is_ours(pid: u32, dir: &Path, etcd: &str) -> bool {
+    std::fs::read(format!("/proc/{pid}/cmdline"))
+        .map(|c| {
+            let c = String::from_utf8_lossy(&c);
+            c.contains(&*dir.to_string_lossy()) || (!etcd.is_empty() && c.contains(etcd))
+        })
+        .unwrap_or(false)
+}
+
+/// A running `pontoon up`; on drop (also on panic) it is stopped with
+/// SIGTERM and whatever is left of the cluster is killed by pid.
+pub struct Up {
+    child: Option<Child>,
+    dir: PathBuf,
+}
+
+impl Up {
+    /// Starts a one-OSD cluster in `dir` with `extra` arguments; its
+    /// stdout goes to `dir/up.out`.
+    pub fn start(dir: &Path, extra: &[&str]) -> Up {
+        Self::start_with(dir, 1, extra)
+    }
+
+    /// Like [`Up::start`], with `osds` OSDs.
+    pub fn start_with(dir: &Path, osds: usize, extra: &[&str]) -> Up {
+        let out = std::fs::File::create(dir.join("up.out")).expect("create up.out");
+        let child = Command::new(PONTOON)
+            .args(["up", "--dir"])
+            .arg(dir)
+            .args([
+                "--osds",
+                &osds.to_string(),
+                "--osd-size",
+                "256M",
+                "--shards",
+                "1",
+            ])
+            .args(["--lease-ttl", "3s", "--out-after", "120s"])
+            .args(extra)
+            .stdin(Stdio::null())
+            .stdout(out)
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("run pontoon up");
+        let mut up = Up {
+            child: Some(child),
+            dir: dir.to_path_buf(),
+        };
+        up.wait_ready();
+        up
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().map_or(0, Child::id)
+    }
+
+    /// Waits until cluster.toml names this `up` process (it is written
+    /// once the cluster, gateways included, is ready).
+    pub fn wait_ready(&mut self) {
+        let file = self.dir.join("cluster.toml");
+        let want = format!("pid = \"{}\"", self.pid());
+        let deadline = Instant::now() + WAIT;
+        loop {
+            if std::fs::read_to_string(&file).is_ok_and(|t| t.contains(&want)) {
+                return;
+            }
+            if let Some(child) = &mut self.child
+                && let Ok(Some(status)) = child.try_wait()
+            {
+                panic!("pontoon up exited before it was ready: {status}");
+            }
+            assert!(
+                Instant::now() < deadline,
+                "pontoon up was not ready within {WAIT:?}"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// The etcd URL from cluster.toml (gateways are started with it).
+    pub fn etcd(&self) -> String {
+        let text = std::fs::read_to_string(self.dir.join("cluster.toml")).unwrap_or_default();
+        text.lines()
+            .find_map(|l| l.strip_prefix("etcd = \""))
+            .and_then(|v| v.strip_suffix('"'))
+            .unwrap_or_default()
+            .to_string()
+    }
+
+    /// Stops `up` with SIGTERM and waits (bounded) for it to exit.
+    pub fn stop(&mut self) -> std::process::ExitStatus {
+        let mut child = self.child.take().expect("up is running");
+        signal(child.id(), libc::SIGTERM);
+        let deadline = Instant::now() + Duration::from_secs(40);
+        loop {
+            if let Some(status) = child.try_wait().expect("wait for up") {
+                return status;
+            }
+            if Instant::now() >= deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("pontoon up did not stop within 40 s of SIGTERM");
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// Every pid in the directory's pid files.
+    pub fn pids(&self) -> Vec<u32> {
+        let Ok(entries) = std::fs::read_dir(self.dir.join("run")) else {
+            return Vec::new();
+        };
+        entries
+            .filter_map(Result::ok)
+            .filter_map(|e| read_pid(&e.path()))
+            .collect()
+    }
+}
+
+impl Drop for Up {
+    fn drop(&mut self) {
+        let pids = self.pids();
+        let etcd = self.etcd();
+        if let Some(mut child) = self.child.take() {
+            signal(child.id(), libc::SIGTERM);
+            let deadline = Instant::now() + Duration::from_secs(25);
+            while child.try_wait().ok().flatten().is_none() && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        for pid in pids {
+            if alive(pid) && is_ours(pid, &self.dir, &etcd) {
+                signal(pid, libc::SIGKILL);
+            }
+        }
+    }
 }
