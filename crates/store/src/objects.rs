@@ -85,8 +85,18 @@ pub(crate) struct ObjectMeta {
 
 impl ObjectMeta {
     /// Index of the first block entry with `blk >= start`.
+    ///
+    /// Entries are sorted and unique, so `blocks[i].blk >= i`: the answer
+    /// is at most `start`, and exactly `start` when the object is dense up
+    /// to it (the common case, found with one access instead of a binary
+    /// search whose every step misses the cache).
     pub(crate) fn lower_bound(&self, start: u32) -> usize {
-        self.blocks.partition_point(|b| b.blk < start)
+        let s = start as usize;
+        if self.blocks.get(s).is_some_and(|b| b.blk == start) {
+            return s;
+        }
+        let limit = self.blocks.len().min(s.saturating_add(1));
+        self.blocks[..limit].partition_point(|b| b.blk < start)
     }
 
     /// The entry for block `blk`, if allocated.
@@ -98,7 +108,20 @@ impl ObjectMeta {
     /// Entries with `start <= blk < end`.
     pub(crate) fn range(&self, start: u32, end: u32) -> &[BlockEntry] {
         let a = self.lower_bound(start);
-        let b = a + self.blocks[a..].partition_point(|e| e.blk < end);
+        let n = end.saturating_sub(start) as usize;
+        // At most `n` entries fit in the range; when the n-th one from `a`
+        // is block `end - 1`, the range is dense and all n are in it.
+        let limit = self.blocks.len().min(a + n);
+        let b = if n > 0 && limit == a + n && self.blocks[limit - 1].blk == end - 1 {
+            limit
+        } else {
+            a + self.blocks[a..limit].partition_point(|e| e.blk < end)
+        };
+        debug_assert!(
+            self.blocks[a..b]
+                .iter()
+                .all(|e| e.blk >= start && e.blk < end)
+        );
         &self.blocks[a..b]
     }
 
@@ -118,7 +141,7 @@ impl ObjectMeta {
     ) {
         let end = start + n;
         let a = self.lower_bound(start);
-        let b = a + self.blocks[a..].partition_point(|e| e.blk < end);
+        let b = a + self.range(start, end).len();
         if b - a == n as usize {
             for (i, slot) in self.blocks[a..b].iter_mut().enumerate() {
                 replaced(*slot);
@@ -193,6 +216,29 @@ impl ObjectTable {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// The shortcuts of `lower_bound` and `range` agree with plain
+        /// binary searches on any sorted set of blocks, dense or sparse.
+        #[test]
+        fn lookups_match_binary_search(
+            set in proptest::collection::btree_set(0u32..300, 0..300),
+            start in 0u32..320,
+            len in 0u32..64,
+        ) {
+            let o = ObjectMeta {
+                version: Version::ZERO,
+                blocks: set.iter().map(|&b| BlockEntry::new(b, 0, Loc::Data(u64::from(b)))).collect(),
+            };
+            let end = start + len;
+            let lb = o.blocks.partition_point(|b| b.blk < start);
+            prop_assert_eq!(o.lower_bound(start), lb);
+            let ub = o.blocks.partition_point(|b| b.blk < end);
+            prop_assert_eq!(o.range(start, end).len(), ub - lb);
+            prop_assert_eq!(o.get(start).is_some(), set.contains(&start));
+        }
+    }
 
     #[test]
     fn locations_pack_losslessly() {
