@@ -460,7 +460,13 @@ impl IcReq {
 
     /// Encodes the whole PDU.
     pub fn encode(&self) -> Vec<u8> {
-        encode_ic(PduType::IcReq, self.pfv, self.hpda, self.digests, self.maxr2t)
+        encode_ic(
+            PduType::IcReq,
+            self.pfv,
+            self.hpda,
+            self.digests,
+            self.maxr2t,
+        )
     }
 }
 

@@ -16,6 +16,7 @@ use std::io;
 use std::net::SocketAddr;
 use std::rc::Rc;
 use std::sync::Arc;
+use std::time::Instant;
 
 use compio::io::AsyncWrite;
 use compio::net::TcpStream;
@@ -303,11 +304,27 @@ impl<C: VolumeCatalog> ConnLoop<C> {
             entries: Cell::new(0),
         });
         self.conn = Some(conn.clone());
+        // A connection must Connect within the handshake timeout; once
+        // bound it may stay idle (the admin queue's keep-alive bounds it).
+        let connect_by = Instant::now() + self.w.config.handshake_timeout;
         loop {
             if queue.is_dead() {
                 return End::Eof;
             }
-            let ch = match self.guarded(inbound.read_array::<CH_LEN>()).await {
+            let read = if matches!(self.session, Session::Unbound) {
+                let left = connect_by.saturating_duration_since(Instant::now());
+                match self
+                    .guarded(compio::time::timeout(left, inbound.read_array::<CH_LEN>()))
+                    .await
+                {
+                    Ok(Err(_)) => return End::Io(io::ErrorKind::TimedOut.into()),
+                    Ok(Ok(r)) => Ok(r),
+                    Err(end) => Err(end),
+                }
+            } else {
+                self.guarded(inbound.read_array::<CH_LEN>()).await
+            };
+            let ch = match read {
                 Err(end) => return end,
                 Ok(Ok(Some(ch))) => ch,
                 Ok(Ok(None)) => return End::Eof,
