@@ -4,7 +4,7 @@
 
 use std::cell::{Cell, RefCell};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -17,6 +17,9 @@ use crate::ClientError;
 pub struct MapFeed {
     epoch: AtomicU64,
     map: Mutex<Arc<ClusterMap>>,
+    /// Signalled (with `map`'s lock) on every publish, for control-plane
+    /// threads that wait for a change ([`MapFeed::wait_newer`]).
+    changed: Condvar,
     stop: AtomicBool,
     watcher: Mutex<Option<JoinHandle<()>>>,
 }
@@ -27,6 +30,7 @@ impl MapFeed {
         Arc::new(Self {
             epoch: AtomicU64::new(map.epoch.0),
             map: Mutex::new(Arc::new(map)),
+            changed: Condvar::new(),
             stop: AtomicBool::new(false),
             watcher: Mutex::new(None),
         })
@@ -50,6 +54,7 @@ impl MapFeed {
         let feed = Arc::new(Self {
             epoch: AtomicU64::new(first.epoch.0),
             map: Mutex::new(first),
+            changed: Condvar::new(),
             stop: AtomicBool::new(false),
             watcher: Mutex::new(None),
         });
@@ -89,7 +94,20 @@ impl MapFeed {
         if map.epoch >= cur.epoch {
             self.epoch.store(map.epoch.0, Ordering::Release);
             *cur = map;
+            self.changed.notify_all();
         }
+    }
+
+    /// Blocks the calling (control-plane) thread until a map newer than
+    /// epoch `seen` is published or `timeout` passes; returns the newest
+    /// map either way.
+    pub fn wait_newer(&self, seen: u64, timeout: Duration) -> Arc<ClusterMap> {
+        let cur = self.map.lock().unwrap_or_else(|p| p.into_inner());
+        let (cur, _) = self
+            .changed
+            .wait_timeout_while(cur, timeout, |m| m.epoch.0 <= seen)
+            .unwrap_or_else(|p| p.into_inner());
+        cur.clone()
     }
 
     /// The newest epoch published.
@@ -153,5 +171,40 @@ impl LocalMap {
     /// The feed behind this view.
     pub fn feed(&self) -> &Arc<MapFeed> {
         &self.feed
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pontoon_types::Epoch;
+    use std::time::Instant;
+
+    #[test]
+    fn wait_newer_wakes_on_publish_and_times_out_without_one() {
+        let feed = MapFeed::fixed(ClusterMap::new("t"));
+        let t0 = Instant::now();
+        assert_eq!(
+            feed.wait_newer(0, Duration::from_millis(50)).epoch,
+            Epoch(0)
+        );
+        assert!(t0.elapsed() >= Duration::from_millis(50));
+        let publisher = {
+            let feed = feed.clone();
+            std::thread::spawn(move || {
+                std::thread::sleep(Duration::from_millis(20));
+                let mut m = ClusterMap::new("t");
+                m.epoch = Epoch(7);
+                feed.publish(m);
+            })
+        };
+        let t0 = Instant::now();
+        let m = feed.wait_newer(0, Duration::from_secs(30));
+        assert_eq!(m.epoch, Epoch(7));
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "woken by the publish"
+        );
+        publisher.join().unwrap();
     }
 }

@@ -24,12 +24,10 @@ use serde::Serialize;
 
 use crate::cluster_args::ClusterArgs;
 
-/// How often the gateway looks at the map's epoch. `MapFeed` publishes each
-/// new map (its etcd watch delivers changes within milliseconds) but has no
-/// change notification, so the gateway polls the epoch (one atomic load)
-/// and compares the small `nvmf` table only when it moved. Short, so a
-/// host can connect right after `nvmf ns add` / `host allow` returns.
-const CONFIG_POLL: Duration = Duration::from_millis(10);
+/// Longest the gateway waits for a map change before looking at its stop
+/// flag again. Changes themselves arrive at once ([`MapFeed::wait_newer`]),
+/// so a host can connect right after `nvmf ns add` / `host allow` returns.
+const STOP_CHECK: Duration = Duration::from_millis(200);
 
 /// Arguments of `pontoon nvmf`.
 #[derive(Args, Debug)]
@@ -402,11 +400,10 @@ fn run_gateway(cluster: &ClusterArgs, args: &GatewayArgs) -> Result<()> {
     warn_closed(&served, args.allow_any_host);
     let mut seen_epoch = feed.epoch();
     while !stop.load(Ordering::Relaxed) {
-        std::thread::sleep(CONFIG_POLL);
-        if feed.epoch() == seen_epoch {
+        let map = feed.wait_newer(seen_epoch, STOP_CHECK);
+        if map.epoch.0 == seen_epoch {
             continue;
         }
-        let map = feed.current();
         seen_epoch = map.epoch.0;
         if map.nvmf != served {
             served = map.nvmf.clone();
