@@ -368,12 +368,8 @@ fn linux_kernel_nbd_driver_writes_trims_and_verifies() {
 #[test]
 fn several_workers_serve_qemu_and_multi_connection_nbdcopy() {
     let _shared = shared();
-    let shared = SharedCatalog::default();
-    shared
-        .volumes
-        .lock()
-        .unwrap()
-        .insert("vol".into(), SharedVolume::new(256 * MIB));
+    let shared = MemCatalog::default();
+    shared.insert("vol", MemVolume::new(256 * MIB));
     let cfg = ServerConfig {
         workers: 2,
         ..config()

@@ -13,7 +13,9 @@ use common::*;
 use pontoon_buf::AlignedBuf;
 use pontoon_nbd::proto::*;
 use pontoon_nbd::{ServerConfig, start};
-use pontoon_volume::{BlockVolume, Extent, MemVolume, VolumeCatalog, VolumeError, VolumeInfo};
+use pontoon_volume::{
+    BlockVolume, Extent, MemCatalog, MemVolume, VolumeCatalog, VolumeError, VolumeInfo,
+};
 
 const VOL: u64 = 16 * MIB;
 
@@ -267,12 +269,8 @@ fn many_pipelined_requests_beyond_the_limits_are_all_answered() {
 
 #[test]
 fn several_workers_serve_the_same_volumes_with_4k_minimum_blocks() {
-    let shared = SharedCatalog::default();
-    shared
-        .volumes
-        .lock()
-        .unwrap()
-        .insert("vol".into(), SharedVolume::new(VOL));
+    let shared = MemCatalog::default();
+    shared.insert("vol", MemVolume::new(VOL));
     let server = start(
         ServerConfig {
             listen: "127.0.0.1:0".parse().unwrap(),

@@ -8,10 +8,9 @@
 //! factory, so no lock is shared on the data path. This crate must not
 //! depend on the cluster, the network or any runtime.
 
-use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::future::Future;
-use std::rc::Rc;
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use pontoon_buf::AlignedBuf;
 use pontoon_types::{BLOCK_SIZE, BLOCK_SIZE_U64};
@@ -134,11 +133,19 @@ pub fn check_io(size: u64, offset: u64, len: u64) -> Result<(), VolumeError> {
     Ok(())
 }
 
-/// An in-memory thin volume (tests and examples). Clones share contents.
+/// Locks test state, shrugging off a poisoned lock (a panicking test
+/// thread must not hide the contents from the others).
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// An in-memory thin volume (tests and examples). Clones share contents,
+/// also across threads, so every worker of a multi-threaded front-end can
+/// be given the same volume.
 #[derive(Clone)]
 pub struct MemVolume {
     size: u64,
-    blocks: Rc<RefCell<BTreeMap<u64, Box<[u8]>>>>,
+    blocks: Arc<Mutex<BTreeMap<u64, Box<[u8]>>>>,
 }
 
 impl MemVolume {
@@ -146,13 +153,13 @@ impl MemVolume {
     pub fn new(size: u64) -> Self {
         Self {
             size: size / VOLUME_BLOCK * VOLUME_BLOCK,
-            blocks: Rc::default(),
+            blocks: Arc::default(),
         }
     }
 
     /// Number of allocated blocks.
     pub fn allocated_blocks(&self) -> usize {
-        self.blocks.borrow().len()
+        lock(&self.blocks).len()
     }
 }
 
@@ -164,7 +171,7 @@ impl BlockVolume for MemVolume {
     async fn read(&self, offset: u64, len: u64) -> Result<AlignedBuf, VolumeError> {
         check_io(self.size, offset, len)?;
         let mut out = AlignedBuf::zeroed(len as usize);
-        let b = self.blocks.borrow();
+        let b = lock(&self.blocks);
         for (blk, data) in b.range(offset / VOLUME_BLOCK..(offset + len) / VOLUME_BLOCK) {
             let at = (blk * VOLUME_BLOCK - offset) as usize;
             out[at..at + BLOCK_SIZE].copy_from_slice(data);
@@ -174,7 +181,7 @@ impl BlockVolume for MemVolume {
 
     async fn write(&self, offset: u64, data: AlignedBuf, _fua: bool) -> Result<(), VolumeError> {
         check_io(self.size, offset, data.len() as u64)?;
-        let mut b = self.blocks.borrow_mut();
+        let mut b = lock(&self.blocks);
         for (i, chunk) in data.chunks(BLOCK_SIZE).enumerate() {
             b.insert(offset / VOLUME_BLOCK + i as u64, chunk.into());
         }
@@ -187,7 +194,7 @@ impl BlockVolume for MemVolume {
 
     async fn discard(&self, offset: u64, len: u64) -> Result<(), VolumeError> {
         check_io(self.size, offset, len)?;
-        let mut b = self.blocks.borrow_mut();
+        let mut b = lock(&self.blocks);
         let keys: Vec<u64> = b
             .range(offset / VOLUME_BLOCK..(offset + len) / VOLUME_BLOCK)
             .map(|(k, _)| *k)
@@ -209,7 +216,7 @@ impl BlockVolume for MemVolume {
 
     async fn allocation(&self, offset: u64, len: u64) -> Result<Vec<Extent>, VolumeError> {
         check_io(self.size, offset, len)?;
-        let b = self.blocks.borrow();
+        let b = lock(&self.blocks);
         let mut out: Vec<Extent> = Vec::new();
         for blk in offset / VOLUME_BLOCK..(offset + len) / VOLUME_BLOCK {
             let allocated = b.contains_key(&blk);
@@ -225,16 +232,17 @@ impl BlockVolume for MemVolume {
     }
 }
 
-/// An in-memory catalog of [`MemVolume`]s (tests and examples).
+/// An in-memory catalog of [`MemVolume`]s (tests and examples). Clones
+/// share the same volumes, also across threads.
 #[derive(Clone, Default)]
 pub struct MemCatalog {
-    volumes: Rc<RefCell<BTreeMap<String, MemVolume>>>,
+    volumes: Arc<Mutex<BTreeMap<String, MemVolume>>>,
 }
 
 impl MemCatalog {
     /// Adds (or replaces) a volume.
     pub fn insert(&self, name: &str, volume: MemVolume) {
-        self.volumes.borrow_mut().insert(name.to_string(), volume);
+        lock(&self.volumes).insert(name.to_string(), volume);
     }
 }
 
@@ -242,9 +250,7 @@ impl VolumeCatalog for MemCatalog {
     type Volume = MemVolume;
 
     async fn list(&self) -> Result<Vec<VolumeInfo>, VolumeError> {
-        Ok(self
-            .volumes
-            .borrow()
+        Ok(lock(&self.volumes)
             .iter()
             .map(|(name, v)| VolumeInfo {
                 name: name.clone(),
@@ -254,7 +260,7 @@ impl VolumeCatalog for MemCatalog {
     }
 
     async fn open(&self, name: &str) -> Result<Option<MemVolume>, VolumeError> {
-        Ok(self.volumes.borrow().get(name).cloned())
+        Ok(lock(&self.volumes).get(name).cloned())
     }
 }
 

@@ -17,8 +17,7 @@ use pontoon_buf::AlignedBuf;
 use pontoon_nbd::proto::*;
 use pontoon_nbd::{ServerConfig, ServerHandle, start};
 use pontoon_volume::{
-    BlockVolume, Extent, MemCatalog, MemVolume, VOLUME_BLOCK, VolumeCatalog, VolumeError,
-    VolumeInfo, check_io,
+    BlockVolume, Extent, MemCatalog, MemVolume, VolumeCatalog, VolumeError, VolumeInfo,
 };
 
 pub const MIB: u64 = 1 << 20;
@@ -314,106 +313,4 @@ pub fn pattern(seed: u64, len: usize) -> Vec<u8> {
             x as u8
         })
         .collect()
-}
-
-/// A thin in-memory volume shared between threads (multi-worker tests):
-/// every worker's catalog sees the same blocks.
-#[derive(Clone)]
-pub struct SharedVolume {
-    size: u64,
-    blocks: Arc<Mutex<std::collections::HashMap<u64, Box<[u8]>>>>,
-}
-
-impl SharedVolume {
-    pub fn new(size: u64) -> Self {
-        Self {
-            size,
-            blocks: Arc::default(),
-        }
-    }
-}
-
-impl BlockVolume for SharedVolume {
-    fn size(&self) -> u64 {
-        self.size
-    }
-    async fn read(&self, offset: u64, len: u64) -> Result<AlignedBuf, VolumeError> {
-        check_io(self.size, offset, len)?;
-        let mut out = AlignedBuf::zeroed(len as usize);
-        let b = self.blocks.lock().unwrap();
-        for (i, chunk) in out.chunks_mut(VOLUME_BLOCK as usize).enumerate() {
-            if let Some(d) = b.get(&(offset / VOLUME_BLOCK + i as u64)) {
-                chunk.copy_from_slice(d);
-            }
-        }
-        Ok(out)
-    }
-    async fn write(&self, offset: u64, data: AlignedBuf, _fua: bool) -> Result<(), VolumeError> {
-        check_io(self.size, offset, data.len() as u64)?;
-        let mut b = self.blocks.lock().unwrap();
-        for (i, chunk) in data.chunks(VOLUME_BLOCK as usize).enumerate() {
-            b.insert(offset / VOLUME_BLOCK + i as u64, chunk.into());
-        }
-        Ok(())
-    }
-    async fn flush(&self) -> Result<(), VolumeError> {
-        Ok(())
-    }
-    async fn discard(&self, offset: u64, len: u64) -> Result<(), VolumeError> {
-        check_io(self.size, offset, len)?;
-        let mut b = self.blocks.lock().unwrap();
-        for blk in offset / VOLUME_BLOCK..(offset + len) / VOLUME_BLOCK {
-            b.remove(&blk);
-        }
-        Ok(())
-    }
-    async fn write_zeroes(
-        &self,
-        offset: u64,
-        len: u64,
-        _may_unmap: bool,
-    ) -> Result<(), VolumeError> {
-        self.discard(offset, len).await
-    }
-    async fn allocation(&self, offset: u64, len: u64) -> Result<Vec<Extent>, VolumeError> {
-        check_io(self.size, offset, len)?;
-        let b = self.blocks.lock().unwrap();
-        let mut out: Vec<Extent> = Vec::new();
-        for blk in offset / VOLUME_BLOCK..(offset + len) / VOLUME_BLOCK {
-            let allocated = b.contains_key(&blk);
-            match out.last_mut() {
-                Some(e) if e.allocated == allocated => e.len += VOLUME_BLOCK,
-                _ => out.push(Extent {
-                    len: VOLUME_BLOCK,
-                    allocated,
-                }),
-            }
-        }
-        Ok(out)
-    }
-}
-
-/// A catalog of [`SharedVolume`]s.
-#[derive(Clone, Default)]
-pub struct SharedCatalog {
-    pub volumes: Arc<Mutex<std::collections::BTreeMap<String, SharedVolume>>>,
-}
-
-impl VolumeCatalog for SharedCatalog {
-    type Volume = SharedVolume;
-    async fn list(&self) -> Result<Vec<VolumeInfo>, VolumeError> {
-        Ok(self
-            .volumes
-            .lock()
-            .unwrap()
-            .iter()
-            .map(|(n, v)| VolumeInfo {
-                name: n.clone(),
-                size: v.size,
-            })
-            .collect())
-    }
-    async fn open(&self, name: &str) -> Result<Option<SharedVolume>, VolumeError> {
-        Ok(self.volumes.lock().unwrap().get(name).cloned())
-    }
 }

@@ -302,147 +302,17 @@ pub fn settle() {
     std::thread::sleep(Duration::from_millis(50));
 }
 
-/// A thread-safe in-memory thin volume (`MemVolume` is single-threaded),
-/// so targets with several workers share one set of contents.
-#[derive(Clone)]
-pub struct SharedVolume {
-    size: u64,
-    blocks: Arc<std::sync::Mutex<HashMap<u64, Box<[u8]>>>>,
-}
-
-impl SharedVolume {
-    pub fn new(size: u64) -> Self {
-        Self {
-            size: size / BLOCK as u64 * BLOCK as u64,
-            blocks: Arc::default(),
-        }
-    }
-
-    fn blocks(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Box<[u8]>>> {
-        self.blocks.lock().unwrap_or_else(|p| p.into_inner())
-    }
-}
-
-impl pontoon_volume::BlockVolume for SharedVolume {
-    fn size(&self) -> u64 {
-        self.size
-    }
-
-    async fn read(
-        &self,
-        offset: u64,
-        len: u64,
-    ) -> Result<pontoon_buf::AlignedBuf, pontoon_volume::VolumeError> {
-        pontoon_volume::check_io(self.size, offset, len)?;
-        let mut out = pontoon_buf::AlignedBuf::zeroed(len as usize);
-        let b = self.blocks();
-        for i in 0..len / BLOCK as u64 {
-            if let Some(d) = b.get(&(offset / BLOCK as u64 + i)) {
-                let at = i as usize * BLOCK;
-                out[at..at + BLOCK].copy_from_slice(d);
-            }
-        }
-        Ok(out)
-    }
-
-    async fn write(
-        &self,
-        offset: u64,
-        data: pontoon_buf::AlignedBuf,
-        _fua: bool,
-    ) -> Result<(), pontoon_volume::VolumeError> {
-        pontoon_volume::check_io(self.size, offset, data.len() as u64)?;
-        let mut b = self.blocks();
-        for (i, chunk) in data.chunks(BLOCK).enumerate() {
-            b.insert(offset / BLOCK as u64 + i as u64, chunk.into());
-        }
-        Ok(())
-    }
-
-    async fn flush(&self) -> Result<(), pontoon_volume::VolumeError> {
-        Ok(())
-    }
-
-    async fn discard(&self, offset: u64, len: u64) -> Result<(), pontoon_volume::VolumeError> {
-        pontoon_volume::check_io(self.size, offset, len)?;
-        let mut b = self.blocks();
-        for i in 0..len / BLOCK as u64 {
-            b.remove(&(offset / BLOCK as u64 + i));
-        }
-        Ok(())
-    }
-
-    async fn write_zeroes(
-        &self,
-        offset: u64,
-        len: u64,
-        _may_unmap: bool,
-    ) -> Result<(), pontoon_volume::VolumeError> {
-        self.discard(offset, len).await
-    }
-
-    async fn allocation(
-        &self,
-        offset: u64,
-        len: u64,
-    ) -> Result<Vec<pontoon_volume::Extent>, pontoon_volume::VolumeError> {
-        pontoon_volume::check_io(self.size, offset, len)?;
-        let b = self.blocks();
-        let mut out: Vec<pontoon_volume::Extent> = Vec::new();
-        for i in 0..len / BLOCK as u64 {
-            let allocated = b.contains_key(&(offset / BLOCK as u64 + i));
-            match out.last_mut() {
-                Some(e) if e.allocated == allocated => e.len += BLOCK as u64,
-                _ => out.push(pontoon_volume::Extent {
-                    len: BLOCK as u64,
-                    allocated,
-                }),
-            }
-        }
-        Ok(out)
-    }
-}
-
-/// A thread-safe catalog of [`SharedVolume`]s: every worker's copy sees
-/// the same volumes.
-#[derive(Clone, Default)]
-pub struct SharedCatalog {
-    volumes: Arc<std::sync::Mutex<std::collections::BTreeMap<String, SharedVolume>>>,
-}
-
-impl pontoon_volume::VolumeCatalog for SharedCatalog {
-    type Volume = SharedVolume;
-
-    async fn list(&self) -> Result<Vec<pontoon_volume::VolumeInfo>, pontoon_volume::VolumeError> {
-        let v = self.volumes.lock().unwrap_or_else(|p| p.into_inner());
-        Ok(v.iter()
-            .map(|(name, v)| pontoon_volume::VolumeInfo {
-                name: name.clone(),
-                size: v.size,
-            })
-            .collect())
-    }
-
-    async fn open(&self, name: &str) -> Result<Option<SharedVolume>, pontoon_volume::VolumeError> {
-        let v = self.volumes.lock().unwrap_or_else(|p| p.into_inner());
-        Ok(v.get(name).cloned())
-    }
-}
-
 /// Like [`target_with`], with `workers` worker threads sharing
-/// [`SharedVolume`]s.
+/// `MemVolume`s (their clones share contents across threads).
 pub fn target_workers(
     workers: usize,
     config: TargetConfig,
     subsystems: Vec<SubsystemConfig>,
     volumes: &[(&str, u64)],
 ) -> Target {
-    let catalog = SharedCatalog::default();
-    {
-        let mut v = catalog.volumes.lock().unwrap();
-        for (n, s) in volumes {
-            v.insert(n.to_string(), SharedVolume::new(*s));
-        }
+    let catalog = MemCatalog::default();
+    for (n, s) in volumes {
+        catalog.insert(n, MemVolume::new(*s));
     }
     let config = TargetConfig {
         listen: "127.0.0.1:0".parse().unwrap(),
