@@ -20,7 +20,7 @@ use crate::config::{DISCOVERY_NQN, Snapshot};
 use crate::controller::Controller;
 use crate::identify::{self, AER_LIMIT, ControllerInfo, LBA_SHIFT};
 use crate::log_page::{self, lid};
-use crate::queue::{Completion, Conn, HostData};
+use crate::queue::{Completion, Conn};
 use crate::server::Worker;
 
 /// Feature identifiers.
@@ -64,6 +64,14 @@ pub(crate) struct AdminQueue<C: VolumeCatalog> {
     pub ctrl: Arc<Controller>,
     local: SocketAddr,
     state: RefCell<State>,
+}
+
+/// A completion carrying the first `len` bytes of `data`, zero-padded.
+fn to_host(data: &[u8], len: usize) -> Completion {
+    let mut out = AlignedBuf::zeroed(len);
+    let n = data.len().min(len);
+    out[..n].copy_from_slice(&data[..n]);
+    Completion::with_data(out)
 }
 
 fn namespace_ids(snap: &Snapshot, nqn: &str) -> BTreeSet<u32> {
@@ -152,13 +160,12 @@ impl<C: VolumeCatalog> AdminQueue<C> {
     }
 
     /// Sends `data` cut or zero-padded to what the command's SGL asks for.
-    fn data_out(&self, sqe: &Sqe, mut data: Vec<u8>) -> Completion {
+    fn data_out(&self, sqe: &Sqe, data: Vec<u8>) -> Completion {
         let len = sqe.sgl().len as usize;
         if len == 0 || len > self.w.config.max_data_transfer as usize {
             return Completion::status(Status::INVALID_FIELD);
         }
-        data.resize(len, 0);
-        Completion::with_data(HostData::Bytes(data))
+        to_host(&data, len)
     }
 
     async fn identify(&self, sqe: &Sqe) -> Completion {
@@ -264,9 +271,7 @@ impl<C: VolumeCatalog> AdminQueue<C> {
         if offset > page.len() as u64 {
             return Completion::status(Status::INVALID_FIELD);
         }
-        let mut out = page[offset as usize..].to_vec();
-        out.resize(len as usize, 0);
-        Completion::with_data(HostData::Bytes(out))
+        to_host(&page[offset as usize..], len as usize)
     }
 
     fn set_features(&self, sqe: &Sqe) -> Completion {

@@ -21,7 +21,7 @@ use crate::command::{SGL_TRANSPORT, Sqe, Status, io_op};
 use crate::config::NamespaceConfig;
 use crate::controller::Controller;
 use crate::identify::LBA_SHIFT;
-use crate::queue::{Completion, Conn, HostData};
+use crate::queue::{Completion, Conn};
 use crate::server::Worker;
 
 /// Bytes per LBA.
@@ -209,7 +209,7 @@ impl<C: VolumeCatalog> IoQueue<C> {
                 let buf = v.read(off, len).await.map_err(|e| status_of(&e))?;
                 counters.reads.fetch_add(1, Ordering::Relaxed);
                 counters.bytes_read.fetch_add(len, Ordering::Relaxed);
-                Ok(Completion::with_data(HostData::Buf(buf)))
+                Ok(Completion::with_data(buf))
             }
             io_op::WRITE => {
                 let (off, len) = lba_range(sqe);

@@ -29,9 +29,7 @@ use pontoon_volume::VolumeCatalog;
 use tracing::{debug, info, warn};
 
 use crate::admin::AdminQueue;
-use crate::command::{
-    CQE_LEN, Cqe, FABRICS_OPCODE, SGL_IN_CAPSULE, SGL_TRANSPORT, Sqe, Status, fctype,
-};
+use crate::command::{Cqe, FABRICS_OPCODE, SGL_IN_CAPSULE, SGL_TRANSPORT, Sqe, Status, fctype};
 use crate::config::DISCOVERY_NQN;
 use crate::controller::{Association, Controller};
 use crate::fabrics::{self, DYNAMIC_CNTLID, Refusal};
@@ -55,16 +53,9 @@ pub(crate) struct Completion {
     pub dw0: u32,
     /// Command-specific dword 1.
     pub dw1: u32,
-    /// Data for the host, sent as C2HData before the response.
-    pub data: Option<HostData>,
-}
-
-/// Data going to the host.
-pub(crate) enum HostData {
-    /// Small structures (identify, log pages).
-    Bytes(Vec<u8>),
-    /// Read data.
-    Buf(AlignedBuf),
+    /// Data for the host (read data, identify structures, log pages),
+    /// sent as C2HData before the response.
+    pub data: Option<AlignedBuf>,
 }
 
 impl Completion {
@@ -87,7 +78,7 @@ impl Completion {
     }
 
     /// A successful completion carrying data.
-    pub fn with_data(data: HostData) -> Self {
+    pub fn with_data(data: AlignedBuf) -> Self {
         Self {
             data: Some(data),
             ..Self::status(Status::SUCCESS)
@@ -118,10 +109,7 @@ impl Conn {
     pub fn complete(&self, cid: u16, c: Completion, permit: Option<Permit>) {
         let mut parts = Vec::with_capacity(4);
         if let Some(data) = c.data.filter(|_| c.status.is_success()) {
-            let (len, shared) = match data {
-                HostData::Bytes(v) => (v.len(), Err(v)),
-                HostData::Buf(b) => (b.len(), Ok(Rc::new(b))),
-            };
+            let (len, buf) = (data.len(), Rc::new(data));
             let mut at = 0;
             while at < len {
                 let n = (len - at).min(MAX_C2H_DATA);
@@ -137,19 +125,12 @@ impl Conn {
                     last,
                     self.digests,
                 )));
-                let slice = match &shared {
-                    Ok(buf) => &buf[at..at + n],
-                    Err(v) => &v[at..at + n],
-                };
-                let ddgst = self.digests.data.then(|| pdu::digest(slice));
-                match &shared {
-                    Ok(buf) => parts.push(OutBuf::Data {
-                        buf: buf.clone(),
-                        start: at,
-                        end: at + n,
-                    }),
-                    Err(v) => parts.push(OutBuf::Bytes(v[at..at + n].to_vec())),
-                }
+                let ddgst = self.digests.data.then(|| pdu::digest(&buf[at..at + n]));
+                parts.push(OutBuf::Data {
+                    buf: buf.clone(),
+                    start: at,
+                    end: at + n,
+                });
                 if let Some(d) = ddgst {
                     parts.push(OutBuf::Bytes(d.to_le_bytes().to_vec()));
                 }
@@ -171,7 +152,6 @@ impl Conn {
             0,
             self.digests,
         )));
-        debug_assert_eq!(CQE_LEN, 16);
         self.queue.push(Reply { parts, permit });
     }
 
