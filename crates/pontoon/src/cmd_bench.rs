@@ -170,7 +170,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
                 }
             })
         });
-        let cpu0 = osd_cpu_total(&osd_pids);
+        let cpu0 = cpu_seconds(&osd_pids);
         let rw = args.rw;
         let rwmix = args.rwmix;
         let (m, hist) = load::run(args.qd, duration, bs, progress, move |rng| {
@@ -199,10 +199,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
         })
         .await?;
         drop(reporter);
-        let osd_cpu = match (cpu0, osd_cpu_total(&osd_pids)) {
-            (Some(a), Some(b)) if m.ios > 0 => Some((b - a) * 1e6 / m.ios as f64),
-            _ => None,
-        };
+        let osd_cpu = cpu_us_per_io(cpu0, cpu_seconds(&osd_pids), m.ios);
         Ok(Some((m, hist.max() as f64 / 1000.0, osd_cpu)))
     })?;
     let Some((m, max_us, osd_cpu)) = result else {
@@ -253,7 +250,7 @@ fn run_nvmf(
         .and_then(nvmf_bench::gateway_pid)
         .into_iter()
         .collect();
-    let (osd0, gw0) = (osd_cpu_total(&osd), osd_cpu_total(&gateway));
+    let (osd0, gw0) = (cpu_seconds(&osd), cpu_seconds(&gateway));
     let progress = std::sync::atomic::AtomicU64::new(0);
     let plan = nvmf_bench::Plan {
         addr,
@@ -287,10 +284,6 @@ fn run_nvmf(
         }
         m
     })?;
-    let per_io = |a: Option<f64>, b: Option<f64>| match (a, b) {
-        (Some(a), Some(b)) if m.ios > 0 => Some((b - a) * 1e6 / m.ios as f64),
-        _ => None,
-    };
     let h = &m.hist;
     let q = |x: f64| h.value_at_quantile(x) as f64 / 1000.0;
     let iops = m.ios as f64 / m.seconds;
@@ -308,8 +301,8 @@ fn run_nvmf(
         p999_us: q(0.999),
         max_us: h.max() as f64 / 1000.0,
         client_cpu_us_per_io: m.client_cpu_us_per_io,
-        osd_cpu_us_per_io: per_io(osd0, osd_cpu_total(&osd)),
-        gateway_cpu_us_per_io: per_io(gw0, osd_cpu_total(&gateway)),
+        osd_cpu_us_per_io: cpu_us_per_io(osd0, cpu_seconds(&osd), m.ios),
+        gateway_cpu_us_per_io: cpu_us_per_io(gw0, cpu_seconds(&gateway), m.ios),
     };
     print_report(&r, args.json)
 }
@@ -381,8 +374,17 @@ fn osd_pids(dir: &Path) -> Vec<u32> {
         .collect()
 }
 
-/// User+system seconds of all `pids` (None if any is unreadable).
-pub(crate) fn osd_cpu_total(pids: &[u32]) -> Option<f64> {
+/// CPU microseconds per I/O from two [`cpu_seconds`] readings.
+fn cpu_us_per_io(before: Option<f64>, after: Option<f64>, ios: u64) -> Option<f64> {
+    match (before, after) {
+        (Some(a), Some(b)) if ios > 0 => Some((b - a) * 1e6 / ios as f64),
+        _ => None,
+    }
+}
+
+/// User+system seconds of all `pids` (None if any is unreadable or none
+/// given): the OSDs' or the gateway's CPU time.
+fn cpu_seconds(pids: &[u32]) -> Option<f64> {
     if pids.is_empty() {
         return None;
     }
