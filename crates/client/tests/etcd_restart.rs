@@ -83,19 +83,7 @@ fn the_data_path_outlives_a_short_etcd_outage_fences_in_a_long_one_and_recovers(
         lease_ttl: TTL,
         out_after: Duration::from_secs(30),
     });
-    c.cli(&[
-        "pool",
-        "create",
-        "p",
-        "--size",
-        "3",
-        "--min-size",
-        "2",
-        "--pgs",
-        "16",
-    ]);
-    c.cli(&["volume", "create", "v", "--size", "256M"]);
-    c.wait_clean("new pool");
+    c.three_replica_volume(16, "256M");
     let feed = c.feed();
     let rt = compio::runtime::Runtime::new().unwrap();
     let model = Rc::new(RefCell::new(Model::default()));

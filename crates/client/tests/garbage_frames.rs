@@ -176,20 +176,8 @@ fn osds_answer_malformed_frames_close_the_connection_and_keep_serving() {
         osd_size: "256M",
         ..Opts::default()
     });
-    c.cli(&[
-        "pool",
-        "create",
-        "p",
-        "--size",
-        "3",
-        "--min-size",
-        "2",
-        "--pgs",
-        "8",
-    ]);
     // The writers use the first 64 MiB; io_works the 4 objects after it.
-    c.cli(&["volume", "create", "v", "--size", "128M"]);
-    c.wait_clean("new pool");
+    c.three_replica_volume(8, "128M");
     let feed = c.feed();
     let rt = compio::runtime::Runtime::new().unwrap();
     let client = Client::new(feed.clone());

@@ -19,19 +19,7 @@ use pontoon_client::Client;
 #[test]
 fn acknowledged_writes_survive_sigkill_of_osds_under_load() {
     let mut c = Cluster::start();
-    c.cli(&[
-        "pool",
-        "create",
-        "p",
-        "--size",
-        "3",
-        "--min-size",
-        "2",
-        "--pgs",
-        "16",
-    ]);
-    c.cli(&["volume", "create", "v", "--size", "256M"]);
-    c.wait_clean("new pool");
+    c.three_replica_volume(16, "256M");
     let feed = c.feed();
     let rt = compio::runtime::Runtime::new().unwrap();
     let model = Rc::new(RefCell::new(Model::default()));

@@ -43,19 +43,7 @@ fn a_dead_osd_is_marked_out_and_its_pgs_backfilled_elsewhere() {
         lease_ttl: Duration::from_secs(3),
         out_after: Duration::from_secs(5),
     });
-    c.cli(&[
-        "pool",
-        "create",
-        "p",
-        "--size",
-        "3",
-        "--min-size",
-        "2",
-        "--pgs",
-        "32",
-    ]);
-    c.cli(&["volume", "create", "v", "--size", "256M"]);
-    let before = c.wait_clean("new pool");
+    let before = c.three_replica_volume(32, "256M");
     let others: BTreeSet<OsdId> = (0..4).filter(|i| *i != DEAD).map(OsdId).collect();
     let with_dead: Vec<_> = before
         .pgs

@@ -509,6 +509,25 @@ impl Cluster {
     pub fn wait_clean(&self, what: &str) -> ClusterMap {
         self.wait_for(what, Duration::from_secs(90), all_clean)
     }
+
+    /// Creates pool `p` (3 replicas, writes need 2, `pgs` PGs) and volume
+    /// `v` of `size` in it, then waits until every PG is active+clean.
+    pub fn three_replica_volume(&self, pgs: u32, size: &str) -> ClusterMap {
+        let pgs = pgs.to_string();
+        self.cli(&[
+            "pool",
+            "create",
+            "p",
+            "--size",
+            "3",
+            "--min-size",
+            "2",
+            "--pgs",
+            &pgs,
+        ]);
+        self.cli(&["volume", "create", "v", "--size", size]);
+        self.wait_clean("new pool")
+    }
 }
 
 /// Whether every PG's primary reports it active+clean in its current
