@@ -1077,3 +1077,31 @@ fn check_volume_size(size_bytes: u64) -> Result<(), ClusterError> {
     }
     Ok(())
 }
+
+/// The arguments of a single-member etcd named `name` on loopback, as
+/// `pontoon up` runs it (and the tests that run what `up` runs): data in
+/// `data_dir`, clients on `client_port`, peers on `peer_port`, hourly
+/// auto-compaction, warnings only.
+pub fn single_member_args(
+    name: &str,
+    data_dir: &std::path::Path,
+    client_port: u16,
+    peer_port: u16,
+) -> Vec<String> {
+    let client_url = format!("http://127.0.0.1:{client_port}");
+    let peer_url = format!("http://127.0.0.1:{peer_port}");
+    vec![
+        format!("--name={name}"),
+        format!("--data-dir={}", data_dir.display()),
+        format!("--listen-client-urls={client_url}"),
+        format!("--advertise-client-urls={client_url}"),
+        format!("--listen-peer-urls={peer_url}"),
+        format!("--initial-advertise-peer-urls={peer_url}"),
+        format!("--initial-cluster={name}={peer_url}"),
+        "--initial-cluster-state=new".into(),
+        "--auto-compaction-retention=1".into(),
+        "--logger=zap".into(),
+        "--log-outputs=stderr".into(),
+        "--log-level=warn".into(),
+    ]
+}

@@ -133,22 +133,13 @@ impl EtcdServer {
         let dir = tempfile::Builder::new().prefix("pontoon-etcd-").tempdir()?;
         let client_port = free_port()?;
         let peer_port = free_port()?;
-        let client_url = format!("http://127.0.0.1:{client_port}");
-        let peer_url = format!("http://127.0.0.1:{peer_port}");
         let log = dir.path().join("etcd.log");
-        let mut args = vec![
-            "--name=test".to_string(),
-            format!("--data-dir={}", dir.path().join("data").display()),
-            format!("--listen-client-urls={client_url}"),
-            format!("--advertise-client-urls={client_url}"),
-            format!("--listen-peer-urls={peer_url}"),
-            format!("--initial-advertise-peer-urls={peer_url}"),
-            format!("--initial-cluster=test={peer_url}"),
-            "--initial-cluster-state=new".to_string(),
-            "--logger=zap".to_string(),
-            "--log-outputs=stderr".to_string(),
-            "--log-level=warn".to_string(),
-        ];
+        let mut args = crate::etcd::single_member_args(
+            "test",
+            &dir.path().join("data"),
+            client_port,
+            peer_port,
+        );
         args.extend(extra.iter().map(|a| a.to_string()));
         let child = spawn(bin, &args, &log)?;
         let mut server = EtcdServer {

@@ -420,21 +420,8 @@ impl Cluster {
             Some(self.file.etcd_peer_port).filter(|p| *p != 0 && *p != client_port),
         )?;
         let client_url = format!("http://127.0.0.1:{client_port}");
-        let peer_url = format!("http://127.0.0.1:{peer_port}");
-        let args: Vec<String> = vec![
-            "--name=pontoon".into(),
-            format!("--data-dir={}", data.display()),
-            format!("--listen-client-urls={client_url}"),
-            format!("--advertise-client-urls={client_url}"),
-            format!("--listen-peer-urls={peer_url}"),
-            format!("--initial-advertise-peer-urls={peer_url}"),
-            format!("--initial-cluster=pontoon={peer_url}"),
-            "--initial-cluster-state=new".into(),
-            "--auto-compaction-retention=1".into(),
-            "--logger=zap".into(),
-            "--log-outputs=stderr".into(),
-            "--log-level=warn".into(),
-        ];
+        let args =
+            pontoon_cluster::etcd::single_member_args("pontoon", &data, client_port, peer_port);
         let log = self.layout.etcd_log();
         let child = procs::spawn(&bin, &args, &log, Attach::Child)?;
         procs::write_pid(&self.layout.etcd_pid(), child.id())?;

@@ -169,22 +169,13 @@ impl Cluster {
         let client_port = free_port();
         let peer_port = free_port();
         let client_url = format!("http://127.0.0.1:{client_port}");
-        let peer_url = format!("http://127.0.0.1:{peer_port}");
-        // As crates/pontoon/src/cmd_up.rs start_etcd gives them.
-        let etcd_args: Vec<String> = vec![
-            "--name=pontoon".into(),
-            format!("--data-dir={}", dir.path().join("etcd").display()),
-            format!("--listen-client-urls={client_url}"),
-            format!("--advertise-client-urls={client_url}"),
-            format!("--listen-peer-urls={peer_url}"),
-            format!("--initial-advertise-peer-urls={peer_url}"),
-            format!("--initial-cluster=pontoon={peer_url}"),
-            "--initial-cluster-state=new".into(),
-            "--auto-compaction-retention=1".into(),
-            "--logger=zap".into(),
-            "--log-outputs=stderr".into(),
-            "--log-level=warn".into(),
-        ];
+        // What crates/pontoon/src/cmd_up.rs start_etcd runs.
+        let etcd_args = pontoon_cluster::etcd::single_member_args(
+            "pontoon",
+            &dir.path().join("etcd"),
+            client_port,
+            peer_port,
+        );
         let name = "pontoon";
         let host = "testhost";
         let toml = format!(
