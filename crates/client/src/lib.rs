@@ -33,7 +33,7 @@ use std::sync::Arc;
 
 pub use catalog::ClusterCatalog;
 pub use map_feed::{LocalMap, MapFeed};
-pub use object_io::Transport;
+pub use object_io::{CustomWire, Transport, Wire};
 pub use volume::Volume;
 
 use pontoon_proto::{Reply, Status};
@@ -112,6 +112,13 @@ impl Client {
     pub fn new(feed: Arc<MapFeed>) -> Self {
         Self {
             transport: Transport::new(LocalMap::new(feed)),
+        }
+    }
+
+    /// A client whose requests travel over `wire` instead of TCP.
+    pub fn with_wire(feed: Arc<MapFeed>, wire: Wire) -> Self {
+        Self {
+            transport: Transport::with_wire(LocalMap::new(feed), wire),
         }
     }
 

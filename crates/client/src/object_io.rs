@@ -2,8 +2,11 @@
 //! across map changes, peering and recovery until it succeeds, fails for
 //! good, or its deadline passes.
 
+use std::net::SocketAddr;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
+
+use futures::future::LocalBoxFuture;
 
 use pontoon_buf::AlignedBuf;
 use pontoon_cluster::ClusterMap;
@@ -26,17 +29,67 @@ const BACKOFF_MAX: Duration = Duration::from_millis(500);
 pub struct Transport {
     /// The thread's map view.
     pub map: LocalMap,
-    /// Connections to OSD shards.
-    pub conns: Rc<ConnPool>,
+    /// How requests reach OSD shards.
+    pub wire: Wire,
+}
+
+/// A request/answer exchange with an OSD shard that is not a TCP
+/// connection: the deterministic simulator's network.
+pub trait CustomWire {
+    /// Sends `msg` (with `data`) to `addr` and waits at most `timeout` for the answer.
+    fn call<'a>(
+        &'a self,
+        addr: SocketAddr,
+        msg: &'a Message,
+        data: Option<&'a [u8]>,
+        timeout: Duration,
+    ) -> LocalBoxFuture<'a, Result<(Message, Option<AlignedBuf>), NetError>>;
+    /// Forgets the connection to `addr` (it broke).
+    fn close(&self, addr: SocketAddr);
+}
+
+/// How a transport reaches OSD shards.
+pub enum Wire {
+    /// Pooled TCP connections (production).
+    Tcp(Rc<ConnPool>),
+    /// Another network (the simulator's).
+    Custom(Rc<dyn CustomWire>),
+}
+
+impl Wire {
+    async fn call(
+        &self,
+        addr: SocketAddr,
+        msg: &Message,
+        data: Option<&[u8]>,
+        timeout: Duration,
+    ) -> Result<(Message, Option<AlignedBuf>), NetError> {
+        match self {
+            Wire::Tcp(pool) => pool.call(addr, msg, data, timeout).await,
+            Wire::Custom(w) => w.call(addr, msg, data, timeout).await,
+        }
+    }
+
+    fn close(&self, addr: SocketAddr) {
+        match self {
+            Wire::Tcp(pool) => pool.close(addr),
+            Wire::Custom(w) => w.close(addr),
+        }
+    }
 }
 
 impl Transport {
-    /// A transport over `map`.
+    /// A transport over `map`, speaking TCP.
     pub fn new(map: LocalMap) -> Rc<Self> {
-        Rc::new(Self {
+        Self::with_wire(
             map,
-            conns: ConnPool::new(Role::Client, Duration::from_secs(3)),
-        })
+            Wire::Tcp(ConnPool::new(Role::Client, Duration::from_secs(3))),
+        )
+    }
+
+    /// A transport over `map` and `wire`.
+    pub fn with_wire(map: LocalMap, wire: Wire) -> Rc<Self> {
+        Rc::new(Self { map, wire })
     }
 
     /// Sends the request `make(target)` about `oid` to its primary; retries
@@ -47,7 +100,7 @@ impl Transport {
         make: impl Fn(Target) -> Message,
         data: Option<&[u8]>,
     ) -> Result<(Reply, Option<AlignedBuf>), ClientError> {
-        let deadline = Instant::now() + OP_TIMEOUT;
+        let deadline = pontoon_rt::now() + OP_TIMEOUT;
         let mut backoff = BACKOFF_MIN;
         let mut last: String;
         loop {
@@ -55,7 +108,7 @@ impl Transport {
             match route(&map, oid) {
                 Ok((target, addr)) => {
                     let msg = make(target);
-                    match self.conns.call(addr, &msg, data, ATTEMPT_TIMEOUT).await {
+                    match self.wire.call(addr, &msg, data, ATTEMPT_TIMEOUT).await {
                         Ok((Message::Reply(r), d)) if r.status == Status::Ok => return Ok((r, d)),
                         Ok((Message::Reply(r), _)) if r.status.is_retryable() => {
                             last = format!("{:?} from {addr}: {}", r.status, r.message);
@@ -75,7 +128,7 @@ impl Transport {
                         Err(e) => {
                             last = format!("{addr}: {e}");
                             if !matches!(e, NetError::Timeout) {
-                                self.conns.close(addr);
+                                self.wire.close(addr);
                             }
                         }
                     }
@@ -85,28 +138,28 @@ impl Transport {
                     self.wait_for_newer_map(map.epoch.0, deadline).await;
                 }
             }
-            if Instant::now() >= deadline {
+            if pontoon_rt::now() >= deadline {
                 return Err(ClientError::Timeout {
                     what: format!("object {oid}"),
                     last,
                 });
             }
-            compio::time::sleep(backoff).await;
+            pontoon_rt::sleep(backoff).await;
             backoff = (backoff * 2).min(BACKOFF_MAX);
         }
     }
 
     /// Waits (bounded) until the feed publishes an epoch after `epoch`.
     async fn wait_for_newer_map(&self, epoch: u64, deadline: Instant) {
-        let until = deadline.min(Instant::now() + Duration::from_secs(2));
-        while self.map.feed().epoch() <= epoch && Instant::now() < until {
-            compio::time::sleep(Duration::from_millis(5)).await;
+        let until = deadline.min(pontoon_rt::now() + Duration::from_secs(2));
+        while self.map.feed().epoch() <= epoch && pontoon_rt::now() < until {
+            pontoon_rt::sleep(Duration::from_millis(5)).await;
         }
     }
 }
 
 /// The target and primary address of `oid` in `map`.
-fn route(map: &ClusterMap, oid: ObjectId) -> Result<(Target, std::net::SocketAddr), String> {
+fn route(map: &ClusterMap, oid: ObjectId) -> Result<(Target, SocketAddr), String> {
     let pg = map
         .pg_of_object(&oid)
         .ok_or_else(|| format!("volume of {oid} is not in map epoch {}", map.epoch))?;

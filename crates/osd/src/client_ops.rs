@@ -304,6 +304,14 @@ impl<D: BlockDevice + 'static, P: Peers> Shard<D, P> {
             (Version::new(c.interval.0, p.seq), self.inflight.enter(t.pg))
         };
         let msg = Message::SubOp(make_op(t, version));
+        if self.broken_ack.get() {
+            self.replicate_in_background(&c.acting, t, &msg, data);
+            drop(inflight);
+            return match local(version).await {
+                Ok(()) => (Message::Reply(Reply::ok(version)), None),
+                Err(e) => error(status_of(&e), c.interval, e.to_string()),
+            };
+        }
         let data = data.map(|d| &d[..]);
         let remote = c.acting.iter().copied().filter(|o| *o != self.me).map(|o| {
             let msg = &msg;
@@ -360,5 +368,23 @@ impl<D: BlockDevice + 'static, P: Peers> Shard<D, P> {
             c.interval,
             format!("not on every replica: {}", why.join("; ")),
         )
+    }
+
+    /// The broken variant's replication (see
+    /// [`Shard::break_replication_for_tests`]): fire and forget.
+    fn replicate_in_background(
+        self: &Rc<Self>,
+        acting: &[OsdId],
+        t: Target,
+        msg: &Message,
+        data: Option<&AlignedBuf>,
+    ) {
+        for o in acting.iter().copied().filter(|o| *o != self.me) {
+            let (shard, msg) = (self.clone(), msg.clone());
+            let data = data.map(|d| AlignedBuf::copy_from(d));
+            pontoon_rt::spawn(async move {
+                let _ = shard.member_call(o, t.pg, &msg, data.as_deref()).await;
+            });
+        }
     }
 }

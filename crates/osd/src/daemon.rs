@@ -358,20 +358,7 @@ async fn collect_report(
             .map_err(|_| "a shard stopped".to_string())?;
         used += stats.used_bytes;
         capacity += stats.capacity_bytes;
-        for s in st {
-            let Some(state) = pg_state(&s.state) else {
-                continue;
-            };
-            pgs.push(PgReport {
-                pg: s.pg,
-                interval: s.interval,
-                state,
-                objects: 0,
-                degraded_objects: s.missing,
-                missing_objects: s.missing,
-                recovered_objects: s.recovered,
-            });
-        }
+        pgs.extend(pg_reports(&st));
     }
     Ok(OsdReport {
         osd: me,
@@ -380,6 +367,25 @@ async fn collect_report(
         used_bytes: used,
         capacity_bytes: capacity,
     })
+}
+
+/// What the manager is told of a shard's PGs: the ones it leads, with
+/// their cluster-wide state (the simulator reports through this too).
+pub fn pg_reports(statuses: &[PgStatus]) -> Vec<PgReport> {
+    statuses
+        .iter()
+        .filter_map(|s| {
+            Some(PgReport {
+                pg: s.pg,
+                interval: s.interval,
+                state: pg_state(&s.state)?,
+                objects: 0,
+                degraded_objects: s.missing,
+                missing_objects: s.missing,
+                recovered_objects: s.recovered,
+            })
+        })
+        .collect()
 }
 
 /// The cluster-wide state for a primary's PG status; `None` for PGs this

@@ -29,5 +29,5 @@ pub mod testkit;
 pub mod view;
 
 pub use map::{PastInterval, PgEntry, PoolParams, ShardMap, pg_for};
-pub use peers::{NetPeers, PeerError, Peers};
+pub use peers::{NetPeers, PEER_TIMEOUT, PeerError, Peers};
 pub use shard::{PgStatus, Shard};

@@ -55,10 +55,7 @@ impl<D: BlockDevice + 'static, P: Peers> Shard<D, P> {
             match self.try_peer(pg, generation).await {
                 Ok(()) => {
                     let shard = self.clone();
-                    compio::runtime::spawn(
-                        async move { shard.recovery_loop(pg, generation).await },
-                    )
-                    .detach();
+                    pontoon_rt::spawn(async move { shard.recovery_loop(pg, generation).await });
                     return;
                 }
                 Err(PeerFail::Incomplete(why)) => {
@@ -71,7 +68,7 @@ impl<D: BlockDevice + 'static, P: Peers> Shard<D, P> {
                 }
                 Err(PeerFail::Retry(why)) => tracing::debug!(%pg, "peering again: {why}"),
             }
-            compio::time::sleep(delay).await;
+            pontoon_rt::sleep(delay).await;
             delay = (delay * 2).min(MAX_PEER_BACKOFF);
         }
     }
@@ -233,7 +230,7 @@ impl<D: BlockDevice + 'static, P: Peers> Shard<D, P> {
                 // A pass ended with objects left (their holders were
                 // unreachable): wait before the next pass.
                 cursor = None;
-                compio::time::sleep(Duration::from_secs(1)).await;
+                pontoon_rt::sleep(Duration::from_secs(1)).await;
                 continue;
             };
             cursor = Some(oid);
@@ -391,7 +388,7 @@ impl<D: BlockDevice + 'static, P: Peers> Shard<D, P> {
                     _,
                 )) => return Ok(()),
                 Ok((Message::Reply(r), _)) if r.status == Status::EpochAhead => {
-                    compio::time::sleep(EPOCH_AHEAD_RETRY).await;
+                    pontoon_rt::sleep(EPOCH_AHEAD_RETRY).await;
                 }
                 Ok((Message::Reply(r), _)) => {
                     return Err((r.status, format!("{osd}: {}", r.message)));

@@ -41,6 +41,8 @@ pub struct Shard<D: BlockDevice, P: Peers> {
     pub(crate) recovery: Rc<Budget>,
     fenced: Cell<bool>,
     generation: Cell<u64>,
+    /// Deliberately broken replication, for the simulator's self-test.
+    pub(crate) broken_ack: Cell<bool>,
 }
 
 /// One PG's state for reports.
@@ -76,6 +78,7 @@ impl<D: BlockDevice + 'static, P: Peers> Shard<D, P> {
             recovery: Budget::new(RECOVERY_SLOTS, usize::MAX),
             fenced: Cell::new(false),
             generation: Cell::new(0),
+            broken_ack: Cell::new(false),
         })
     }
 
@@ -103,6 +106,15 @@ impl<D: BlockDevice + 'static, P: Peers> Shard<D, P> {
     /// new map will follow).
     pub fn set_fenced(&self, fenced: bool) {
         self.fenced.set(fenced);
+    }
+
+    /// Breaks replication on purpose: writes are acknowledged once the
+    /// primary alone has them, the other members are sent theirs in the
+    /// background. Only for proving that the simulator's checker catches a
+    /// lost acknowledged write; never set outside that test.
+    #[doc(hidden)]
+    pub fn break_replication_for_tests(&self, on: bool) {
+        self.broken_ack.set(on);
     }
 
     /// Whether the shard refuses I/O because its OSD may have been declared down.
@@ -153,7 +165,7 @@ impl<D: BlockDevice + 'static, P: Peers> Shard<D, P> {
         }
         for (id, g) in to_peer {
             let shard = self.clone();
-            compio::runtime::spawn(async move { shard.peer_loop(id, g).await }).detach();
+            pontoon_rt::spawn(async move { shard.peer_loop(id, g).await });
         }
     }
 

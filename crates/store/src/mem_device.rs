@@ -43,15 +43,22 @@ pub struct MemDevice {
 impl MemDevice {
     /// A zero-filled disk of `size` bytes (rounded down to 4 KiB).
     pub fn new(size: u64) -> Self {
-        Self::from_image(vec![0u8; (size as usize) & !(BLOCK_SIZE - 1)])
+        let len = (size as usize) & !(BLOCK_SIZE - 1);
+        // Two zeroed allocations rather than a copy: untouched pages stay
+        // unmapped, which keeps large simulated disks cheap.
+        Self::from_images(vec![0u8; len], vec![0u8; len])
     }
 
     /// A disk whose durable contents are `image`.
     pub fn from_image(image: Vec<u8>) -> Self {
+        Self::from_images(image.clone(), image)
+    }
+
+    fn from_images(latest: Vec<u8>, persistent: Vec<u8>) -> Self {
         Self {
             disk: Rc::new(RefCell::new(Disk {
-                latest: image.clone(),
-                persistent: image,
+                latest,
+                persistent,
                 cached: Vec::new(),
                 in_flight: Vec::new(),
                 fail_writes: false,
@@ -93,6 +100,30 @@ impl MemDevice {
             }
         }
         img
+    }
+
+    /// A power failure and restart in place: like [`MemDevice::crash_image`]
+    /// with `keep`, but the surviving image becomes this device's contents
+    /// (nothing cached, nothing in flight, no longer frozen) without
+    /// allocating a new disk. Every clone of the handle sees the restarted disk.
+    pub fn power_cycle(&self, mut keep: impl FnMut(usize) -> bool) {
+        let mut guard = self.disk.borrow_mut();
+        let d = &mut *guard;
+        let cached = std::mem::take(&mut d.cached);
+        let in_flight = std::mem::take(&mut d.in_flight);
+        let written = cached.iter().chain(in_flight.iter());
+        for (i, (pos, data)) in written.clone().enumerate() {
+            if keep(i) {
+                let p = *pos as usize;
+                d.persistent[p..p + data.len()].copy_from_slice(data);
+            }
+        }
+        // Only the sectors written since the last flush can differ.
+        for (pos, data) in written {
+            let r = *pos as usize..*pos as usize + data.len();
+            d.latest[r.clone()].copy_from_slice(&d.persistent[r]);
+        }
+        d.ops_before_freeze = None;
     }
 
     /// The current contents as reads see them (nothing lost).

@@ -1,0 +1,218 @@
+//! The fault injector: at random moments chosen by the seed, crash and
+//! restart OSDs, cut the network, let leases lapse, slow disks down,
+//! corrupt a block, replace an OSD. Then [`heal`] undoes everything.
+
+use std::rc::Rc;
+use std::time::Duration;
+
+use pontoon_types::OsdId;
+
+use crate::ctx::Fault;
+use crate::executor::WORLD;
+use crate::net::Node;
+use crate::workload::{BLOCK, decode};
+use crate::world::World;
+
+/// What the injector does in one run.
+#[derive(Clone, Debug)]
+pub struct Plan {
+    /// No new fault after this virtual time.
+    pub until: Duration,
+    /// Mean pause between faults.
+    pub mean_gap: Duration,
+    /// Relative weights of crash, partition, lease expiry, slow disk.
+    pub weights: [u32; 4],
+    /// Corrupt one block once (exclusive with `replace`: two faults on
+    /// the same data are more than replication promises to survive).
+    pub corrupt: bool,
+    /// Replace one OSD once.
+    pub replace: bool,
+    /// Most OSDs down at once.
+    pub max_down: usize,
+}
+
+/// Runs the injector until `plan.until`.
+pub async fn nemesis(world: Rc<World>, plan: Plan) {
+    let ctx = world.ctx.clone();
+    let (mut corrupted, mut replaced) = (false, false);
+    let gap_ms = plan.mean_gap.as_millis() as u64;
+    loop {
+        pontoon_rt::sleep(Duration::from_millis(ctx.range(gap_ms / 4, gap_ms * 2))).await;
+        if ctx.exec.elapsed() >= plan.until {
+            return;
+        }
+        if plan.corrupt && !corrupted && ctx.range(0, 20) == 0 && world.stopped().is_empty() {
+            corrupted = corrupt_block(&world);
+            continue;
+        }
+        if plan.replace && !replaced && ctx.range(0, 20) == 0 && world.stopped().is_empty() {
+            let running = world.running();
+            let victim = running[ctx.pick(running.len())];
+            world.replace_osd(victim);
+            replaced = true;
+            continue;
+        }
+        let total: u32 = plan.weights.iter().sum();
+        let mut roll = ctx.range(0, u64::from(total.max(1))) as u32;
+        let kind = plan
+            .weights
+            .iter()
+            .position(|w| {
+                if roll < *w {
+                    true
+                } else {
+                    roll -= w;
+                    false
+                }
+            })
+            .unwrap_or(0);
+        match kind {
+            0 => crash_one(&world, &plan),
+            1 => partition(&world),
+            2 => lapse_lease(&world),
+            _ => slow_disk(&world),
+        }
+    }
+}
+
+fn crash_one(world: &Rc<World>, plan: &Plan) {
+    let ctx = &world.ctx;
+    let running = world.running();
+    if running.is_empty() || world.stopped().len() >= plan.max_down {
+        return;
+    }
+    let id = running[ctx.pick(running.len())];
+    world.crash_osd(id);
+    let back = Duration::from_millis(ctx.range(200, 15_000));
+    let (w, until) = (world.clone(), plan.until);
+    ctx.exec.spawn_on(WORLD, async move {
+        pontoon_rt::sleep(back).await;
+        if w.ctx.exec.elapsed() < until {
+            restart(&w, id);
+        }
+    });
+}
+
+fn restart(world: &Rc<World>, id: OsdId) {
+    if world.stopped().contains(&id) {
+        world.ctx.note(Fault::Restart);
+        world.ctx.log(format!("RESTART {id}"));
+        world.start_osd(id);
+    }
+}
+
+fn partition(world: &Rc<World>) {
+    let ctx = &world.ctx;
+    let mut nodes: Vec<Node> = world.running().into_iter().map(Node::Osd).collect();
+    nodes.extend([Node::Client(0), Node::Client(1)]);
+    let a = nodes[ctx.pick(nodes.len())];
+    let b = nodes[ctx.pick(nodes.len())];
+    if a == b || matches!((a, b), (Node::Client(_), Node::Client(_))) {
+        return;
+    }
+    let one_way = ctx.range(0, 3) == 0;
+    let mut cuts = vec![(a, b)];
+    if !one_way {
+        cuts.push((b, a));
+    }
+    let dur = Duration::from_millis(ctx.range(100, 12_000));
+    ctx.note(Fault::Partition);
+    ctx.log(format!(
+        "PARTITION {a} {} {b} for {dur:?}",
+        if one_way { "-/->" } else { "<-/->" }
+    ));
+    world.net.cuts.borrow_mut().extend(cuts.iter().copied());
+    let w = world.clone();
+    ctx.exec.spawn_on(WORLD, async move {
+        pontoon_rt::sleep(dur).await;
+        let mut c = w.net.cuts.borrow_mut();
+        for cut in &cuts {
+            c.remove(cut);
+        }
+        drop(c);
+        w.ctx.log(format!("healed {a} / {b}"));
+    });
+}
+
+fn lapse_lease(world: &Rc<World>) {
+    let ctx = &world.ctx;
+    let running = world.running();
+    if running.is_empty() {
+        return;
+    }
+    let id = running[ctx.pick(running.len())];
+    let dur = Duration::from_millis(ctx.range(1_000, 10_000));
+    ctx.note(Fault::LeaseExpiry);
+    ctx.log(format!("ETCD CUT {id} for {dur:?}"));
+    world.cut_etcd(id, dur);
+}
+
+fn slow_disk(world: &Rc<World>) {
+    let ctx = &world.ctx;
+    let running = world.running();
+    if running.is_empty() {
+        return;
+    }
+    let id = running[ctx.pick(running.len())];
+    let extra = Duration::from_micros(ctx.range(1_000, 300_000));
+    let dur = Duration::from_millis(ctx.range(500, 10_000));
+    ctx.note(Fault::SlowDisk);
+    ctx.log(format!("SLOW DISK {id}: +{extra:?} per I/O for {dur:?}"));
+    let until = world.slow_disk(id, extra, dur);
+    let w = world.clone();
+    ctx.exec.spawn_on(WORLD, async move {
+        pontoon_rt::sleep(until.saturating_sub(w.ctx.exec.elapsed())).await;
+        w.slow_disk_expire(id);
+    });
+}
+
+/// Flips a byte in a data-area block of a running OSD that holds a
+/// workload value. Returns whether one was found.
+fn corrupt_block(world: &Rc<World>) -> bool {
+    let ctx = &world.ctx;
+    let running = world.running();
+    if running.is_empty() {
+        return false;
+    }
+    let id = running[ctx.pick(running.len())];
+    let (mem, data_start) = {
+        let osds = world.osds.borrow();
+        let Some(s) = osds.get(&id) else { return false };
+        let Some(shard) = &s.shard else { return false };
+        (s.mem.clone(), shard.store().layout().data_start)
+    };
+    let img = mem.image();
+    let start = data_start as usize * BLOCK;
+    let candidates: Vec<usize> = (start..img.len().saturating_sub(BLOCK - 1))
+        .step_by(BLOCK)
+        .filter(|at| matches!(decode(&img[*at..*at + BLOCK]), Ok(v) if v != 0))
+        .collect();
+    if candidates.is_empty() {
+        return false;
+    }
+    let at = candidates[ctx.pick(candidates.len())];
+    let byte = img[at + 100] ^ 0x10;
+    mem.corrupt((at + 100) as u64, &[byte]);
+    world.corrupted.borrow_mut().insert(id);
+    ctx.note(Fault::Corruption);
+    ctx.log(format!(
+        "CORRUPT {id}: flipped a bit in the data block at byte {at}"
+    ));
+    true
+}
+
+/// Ends every fault: cuts healed, leases and disks back to normal, message
+/// faults off, every stopped OSD started.
+pub fn heal(world: &Rc<World>) {
+    world.ctx.stop_faults();
+    world.net.cuts.borrow_mut().clear();
+    let ids: Vec<OsdId> = world.osds.borrow().keys().copied().collect();
+    for id in ids {
+        world.cut_etcd(id, Duration::ZERO);
+        world.slow_disk(id, Duration::ZERO, Duration::ZERO);
+    }
+    world.ctx.log("HEAL: faults stop, every stopped OSD starts");
+    for id in world.stopped() {
+        restart(world, id);
+    }
+}

@@ -1,0 +1,321 @@
+//! One simulation from a seed: boot the cluster, run the workload under
+//! faults, heal, wait for the cluster to settle, read everything back,
+//! compare replicas, and check the history.
+
+use std::cell::RefCell;
+use std::collections::BTreeMap;
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+
+use pontoon_client::{Client, Wire};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+use crate::checker;
+use crate::ctx::{Ctx, Fault, FaultRates};
+use crate::executor::{Stall, WORLD};
+use crate::nemesis::{Plan, heal, nemesis};
+use crate::net::ClientWire;
+use crate::workload::{BLOCK, History, Outcome as OpOutcome, Shape, offset_of, read_one, worker};
+use crate::world::{Config, VOLUME, World};
+
+/// How to run one seed.
+#[derive(Clone, Debug)]
+pub struct RunOptions {
+    /// The seed: it decides the fault rates, the fault schedule and every
+    /// interleaving.
+    pub seed: u64,
+    /// Faults and the workload run this long (virtual).
+    pub fault_time: Duration,
+    /// Run the deliberately broken replication.
+    pub broken: bool,
+    /// Print events as they happen.
+    pub echo: bool,
+}
+
+impl RunOptions {
+    /// Defaults for `seed`.
+    pub fn new(seed: u64) -> Self {
+        Self {
+            seed,
+            fault_time: Duration::from_secs(30),
+            broken: false,
+            echo: false,
+        }
+    }
+}
+
+/// What one seed did.
+#[derive(Clone, Debug)]
+pub struct Outcome {
+    /// The seed.
+    pub seed: u64,
+    /// Why it failed (`None`: passed).
+    pub failure: Option<String>,
+    /// Client operations checked.
+    pub ops: usize,
+    /// Faults injected by kind.
+    pub faults: BTreeMap<Fault, u64>,
+    /// Virtual time simulated.
+    pub sim_time: Duration,
+    /// Real time it took.
+    pub wall_time: Duration,
+    /// Tasks polled.
+    pub polls: u64,
+    /// The last events before the end.
+    pub trace_tail: String,
+    /// Digest of the whole trace (equal for a replay of the same seed).
+    pub digest: u32,
+}
+
+/// Longest a healed cluster may take to settle.
+const SETTLE: Duration = Duration::from_secs(180);
+const CLIENTS: u32 = 2;
+const WORKERS_PER_CLIENT: u32 = 2;
+const BLOCKS_PER_OBJECT: u32 = 4;
+
+/// The fault rates and schedule a seed picks.
+fn draw(seed: u64, fault_time: Duration) -> (FaultRates, Plan) {
+    let mut r = StdRng::seed_from_u64(seed ^ 0x5eed_f00d_cafe_d00d);
+    let mut one_of = |xs: &[f64]| xs[r.random_range(0..xs.len())];
+    let rates = FaultRates {
+        loss: one_of(&[0.0, 0.001, 0.005, 0.02]),
+        duplicate: one_of(&[0.0, 0.002, 0.01]),
+        delay: one_of(&[0.0, 0.01, 0.05]),
+        map_delay: one_of(&[0.0, 0.05, 0.3]),
+    };
+    let gap = one_of(&[300.0, 1000.0, 3000.0]) as u64;
+    let special = r.random_range(0..10);
+    let plan = Plan {
+        until: fault_time,
+        mean_gap: Duration::from_millis(gap),
+        weights: [
+            r.random_range(1..5),
+            r.random_range(0..4),
+            r.random_range(0..3),
+            r.random_range(0..3),
+        ],
+        corrupt: special < 3,
+        replace: (3..6).contains(&special),
+        max_down: r.random_range(1..3),
+    };
+    (rates, plan)
+}
+
+/// Keeps freed disk images in the heap instead of returning them to the
+/// kernel: every run allocates and drops tens of megabytes of simulated
+/// disk, and fresh pages from the kernel cost more than the simulation.
+fn keep_freed_memory() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        // SAFETY: mallopt only changes glibc's allocation thresholds.
+        unsafe {
+            libc::mallopt(libc::M_MMAP_THRESHOLD, 1 << 30);
+            libc::mallopt(libc::M_TRIM_THRESHOLD, 1 << 30);
+        }
+    });
+}
+
+/// Runs one seed to its verdict.
+pub fn run_seed(opts: &RunOptions) -> Outcome {
+    keep_freed_memory();
+    let wall = Instant::now();
+    let (rates, plan) = draw(opts.seed, opts.fault_time);
+    let ctx = Ctx::new(opts.seed, rates, opts.echo);
+    let _rt = pontoon_rt::install(ctx.exec.runtime());
+    ctx.log(format!("seed {}: {rates:?} {plan:?}", opts.seed));
+    let world = World::new(ctx.clone(), Config::default(), opts.broken);
+    let failure = drive(&world, &plan, opts.fault_time);
+    let out = Outcome {
+        seed: opts.seed,
+        failure,
+        ops: 0,
+        faults: ctx.counts(),
+        sim_time: ctx.exec.elapsed(),
+        wall_time: Duration::ZERO,
+        polls: ctx.exec.polls(),
+        trace_tail: ctx.trace_tail(250),
+        digest: ctx.trace_digest(),
+    };
+    ctx.exec.shutdown();
+    let ops = world.history.borrow().as_ref().map_or(0, |h| {
+        h.ops()
+            .iter()
+            .filter(|o| o.outcome != OpOutcome::Pending)
+            .count()
+    });
+    Outcome {
+        ops,
+        wall_time: wall.elapsed(),
+        ..out
+    }
+}
+
+fn drive(world: &Rc<World>, plan: &Plan, fault_time: Duration) -> Option<String> {
+    let ctx = world.ctx.clone();
+    let cfg = world.cfg.clone();
+    let hist = Rc::new(History::default());
+    *world.history.borrow_mut() = Some(hist.clone());
+    world.boot();
+    let shape = Shape {
+        blocks: cfg.objects as u32 * BLOCKS_PER_OBJECT,
+        blocks_per_object: BLOCKS_PER_OBJECT,
+        object_size: cfg.object_size,
+        max_think: Duration::from_millis(40),
+    };
+    for c in 0..CLIENTS {
+        let vol = match open_volume(world, c) {
+            Ok(v) => v,
+            Err(e) => return Some(e),
+        };
+        for _ in 0..WORKERS_PER_CLIENT {
+            let (ctx2, h, v) = (ctx.clone(), hist.clone(), vol.0.clone());
+            ctx.exec
+                .spawn_on(vol.1, worker(ctx2, h, v, c, shape, fault_time));
+        }
+    }
+    ctx.exec
+        .spawn_on(WORLD, nemesis(world.clone(), plan.clone()));
+    match ctx.exec.run_until(fault_time, || false) {
+        Err(Stall::Deadline) => {}
+        Err(s) => return Some(format!("the simulation stalled under faults: {s:?}")),
+        Ok(()) => {}
+    }
+    heal(world);
+    let settle_by = fault_time + SETTLE;
+    let settled = ctx
+        .exec
+        .run_until(settle_by, || hist.pending() == 0 && world.is_clean());
+    if settled.is_err() {
+        return Some(format!(
+            "liveness: {} s after the faults stopped the cluster is not settled ({:?}): {} client operations pending; {}",
+            SETTLE.as_secs(),
+            settled.err(),
+            hist.pending(),
+            world.unclean_summary()
+        ));
+    }
+    ctx.log("settled: every PG active+clean, no client operation pending");
+    if let Some(f) = final_reads(world, &hist, shape) {
+        return Some(f);
+    }
+    let mut problems: Vec<String> = world.problems.borrow().clone();
+    problems.extend(checker::check(&hist.ops()));
+    problems.extend(compare_replicas(world));
+    if problems.is_empty() {
+        None
+    } else {
+        Some(problems.join("\n"))
+    }
+}
+
+fn open_volume(
+    world: &Rc<World>,
+    c: u32,
+) -> Result<(pontoon_client::Volume, crate::executor::ProcId), String> {
+    let proc = world.new_proc();
+    let feed = world.add_client(proc);
+    let wire = ClientWire {
+        me: c,
+        net: world.net.clone(),
+    };
+    let client = Client::with_wire(feed, Wire::Custom(Rc::new(wire)));
+    client
+        .open(VOLUME)
+        .map(|v| (v, proc))
+        .map_err(|e| format!("opening the volume: {e}"))
+}
+
+/// Reads every block once more, fault-free, after the cluster settled.
+fn final_reads(world: &Rc<World>, hist: &Rc<History>, shape: Shape) -> Option<String> {
+    let ctx = world.ctx.clone();
+    let (vol, proc) = match open_volume(world, 99) {
+        Ok(v) => v,
+        Err(e) => return Some(e),
+    };
+    let done = Rc::new(std::cell::Cell::new(false));
+    let (d, h, c) = (done.clone(), hist.clone(), ctx.clone());
+    ctx.exec.spawn_on(proc, async move {
+        for b in 0..shape.blocks {
+            let at = offset_of(b, shape.blocks_per_object, shape.object_size);
+            read_one(&c, &h, &vol, 99, b, at).await;
+        }
+        d.set(true);
+    });
+    let deadline = ctx.exec.elapsed() + Duration::from_secs(120);
+    if ctx.exec.run_until(deadline, || done.get()).is_err() {
+        return Some("liveness: the final reads did not finish in 120 s".into());
+    }
+    let failed: Vec<String> = hist
+        .ops()
+        .iter()
+        .filter(|o| o.client == 99)
+        .filter_map(|o| match &o.outcome {
+            OpOutcome::Failed(e) => Some(format!("block {}: {e}", o.block)),
+            _ => None,
+        })
+        .collect();
+    if failed.is_empty() {
+        None
+    } else {
+        Some(format!(
+            "after healing, reads failed: {}",
+            failed.join("; ")
+        ))
+    }
+}
+
+/// Every acting member of every PG holds the same version and bytes of
+/// each object (a latent corrupt block on an OSD the injector corrupted
+/// is reported only in the trace: no scrub runs to find it).
+fn compare_replicas(world: &Rc<World>) -> Vec<String> {
+    let ctx = world.ctx.clone();
+    let out = Rc::new(RefCell::new(None::<Vec<String>>));
+    let (w, o) = (world.clone(), out.clone());
+    ctx.exec.spawn_on(WORLD, async move {
+        let mut found = Vec::new();
+        let map = w.map.borrow().clone();
+        let Some(vol) = map.volume_by_name(VOLUME).cloned() else {
+            *o.borrow_mut() = Some(vec!["the volume vanished from the map".into()]);
+            return;
+        };
+        let len = u64::from(BLOCKS_PER_OBJECT) * BLOCK as u64;
+        for index in 0..vol.object_count() {
+            let oid = pontoon_types::ObjectId::new(vol.id.0, index);
+            let Some(pg) = map.pg_of_object(&oid) else { continue };
+            let Some(rec) = map.pgs.get(&pg) else { continue };
+            let mut copies = Vec::new();
+            for osd in &rec.acting {
+                let shard = w.osds.borrow().get(osd).and_then(|s| s.shard.clone());
+                let Some(shard) = shard else {
+                    found.push(format!("{oid}: acting member {osd} is not running"));
+                    continue;
+                };
+                let version = shard.store().version(oid);
+                match shard.store().read(oid, 0, len).await {
+                    Ok(r) => copies.push((*osd, version, r.data.to_vec())),
+                    Err(e) if w.corrupted.borrow().contains(osd) => {
+                        w.ctx.log(format!("latent corruption left on {osd} for {oid}: {e}"));
+                    }
+                    Err(e) => found.push(format!("{oid} on {osd}: {e}")),
+                }
+            }
+            if let Some((first, v0, d0)) = copies.first() {
+                for (osd, v, d) in &copies[1..] {
+                    if v != v0 || d != d0 {
+                        found.push(format!(
+                            "{oid}: replicas differ after settling: {first} has {v0:?}, {osd} has {v:?}{}",
+                            if d != d0 { " with different bytes" } else { "" }
+                        ));
+                    }
+                }
+            }
+        }
+        *o.borrow_mut() = Some(found);
+    });
+    let deadline = ctx.exec.elapsed() + Duration::from_secs(60);
+    let _ = ctx.exec.run_until(deadline, || out.borrow().is_some());
+    out.borrow_mut()
+        .take()
+        .unwrap_or_else(|| vec!["comparing replicas did not finish".into()])
+}

@@ -1,0 +1,600 @@
+//! The simulated cluster around the real code: "etcd" (the map, liveness
+//! leases and reports as plain values), the manager's decision loop, and
+//! OSD processes that start, crash with their disk's cache half lost, and
+//! restart. The glue mirrors `pontoon_osd::daemon` (map in, lease, fence,
+//! report every tick); the decisions themselves are the real
+//! `pontoon_mgr::decide` and the real shard.
+
+use std::cell::{Cell, RefCell};
+use std::collections::{BTreeMap, BTreeSet};
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::Duration;
+
+use pontoon_client::MapFeed;
+use pontoon_cluster::{
+    ClusterMap, FailureDomain, NextIds, OsdRecord, OsdReport, PoolRecord, VolumeRecord, recompute,
+};
+use pontoon_osd::Shard;
+use pontoon_osd::daemon::pg_reports;
+use pontoon_osd::view::shard_map;
+use pontoon_store::{FormatOptions, MemDevice, Store};
+use pontoon_types::{Epoch, OsdId, PoolId, VolumeId};
+
+use crate::ctx::{Ctx, Fault};
+use crate::disk::SimDisk;
+use crate::executor::{ProcId, WORLD};
+use crate::net::{Endpoint, Net, SimPeers, SimShard, osd_addr};
+
+/// The simulated cluster's shape and timings.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// OSDs at the start.
+    pub osds: u32,
+    /// Pool size and min_size.
+    pub size: u32,
+    /// Fewest members that accept writes.
+    pub min_size: u32,
+    /// PGs in the pool.
+    pub pgs: u32,
+    /// Objects in the volume.
+    pub objects: u64,
+    /// Bytes per object (store and volume).
+    pub object_size: u64,
+    /// Bytes per OSD disk.
+    pub disk_bytes: u64,
+    /// Liveness lease time-to-live.
+    pub lease_ttl: Duration,
+    /// The OSD control loop's tick (the daemon's).
+    pub tick: Duration,
+    /// The manager's pass interval.
+    pub mgr_interval: Duration,
+    /// Down for this long ⇒ out.
+    pub out_after: Duration,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            osds: 4,
+            size: 3,
+            min_size: 2,
+            pgs: 8,
+            objects: 8,
+            object_size: 64 << 10,
+            disk_bytes: 24 << 20,
+            lease_ttl: Duration::from_secs(3),
+            tick: Duration::from_millis(500),
+            mgr_interval: Duration::from_secs(1),
+            out_after: Duration::from_secs(10),
+        }
+    }
+}
+
+/// Name of the simulated volume.
+pub const VOLUME: &str = "simvol";
+/// Unix time at virtual time zero (the manager works in Unix seconds).
+const UNIX_BASE: u64 = 1_800_000_000;
+
+/// One OSD's simulated hardware and process.
+pub struct OsdState {
+    /// Its disk (what survives a crash).
+    pub mem: MemDevice,
+    slow: Rc<Cell<Duration>>,
+    /// The running process, if any.
+    pub proc: Option<ProcId>,
+    /// Its shard while running.
+    pub shard: Option<Rc<SimShard>>,
+    /// Gone for good (replaced).
+    pub destroyed: bool,
+    /// Cut from etcd until this virtual time: lease keep-alives fail.
+    pub etcd_cut_until: Duration,
+    /// The slow-disk fault lasts until this virtual time.
+    slow_until: Duration,
+}
+
+/// The cluster.
+pub struct World {
+    /// Shared simulation state.
+    pub ctx: Rc<Ctx>,
+    /// The network.
+    pub net: Rc<Net>,
+    /// Shape and timings.
+    pub cfg: Config,
+    /// The map as etcd holds it.
+    pub map: RefCell<ClusterMap>,
+    leases: RefCell<BTreeMap<OsdId, Duration>>,
+    reports: RefCell<BTreeMap<OsdId, OsdReport>>,
+    /// The OSDs ever created.
+    pub osds: RefCell<BTreeMap<OsdId, OsdState>>,
+    feeds: RefCell<Vec<(ProcId, Arc<MapFeed>)>>,
+    next_proc: Cell<u32>,
+    /// Things that must never happen and did (a store that will not open).
+    pub problems: RefCell<Vec<String>>,
+    /// Run the deliberately broken replication (checker self-test).
+    broken: bool,
+    /// OSDs a block was corrupted on (their latent bad blocks are expected).
+    pub corrupted: RefCell<BTreeSet<OsdId>>,
+    /// The clients' operations.
+    pub history: RefCell<Option<Rc<crate::workload::History>>>,
+}
+
+impl World {
+    /// A formatted cluster at epoch 1 (nothing running yet).
+    pub fn new(ctx: Rc<Ctx>, cfg: Config, broken: bool) -> Rc<Self> {
+        let mut map = ClusterMap::new("sim");
+        for i in 0..cfg.osds {
+            map.osds.insert(OsdId(i), osd_record(OsdId(i), &cfg));
+            map.alive.insert(OsdId(i));
+        }
+        map.pools.insert(
+            PoolId(1),
+            PoolRecord {
+                id: PoolId(1),
+                name: "simpool".into(),
+                size: cfg.size,
+                min_size: cfg.min_size,
+                pgs: cfg.pgs,
+                failure_domain: FailureDomain::Osd,
+            },
+        );
+        map.volumes.insert(
+            VolumeId(1),
+            VolumeRecord {
+                id: VolumeId(1),
+                name: VOLUME.into(),
+                pool: PoolId(1),
+                size_bytes: cfg.objects * cfg.object_size,
+                object_size: cfg.object_size,
+            },
+        );
+        map.next = NextIds {
+            osd: cfg.osds,
+            pool: 2,
+            volume: 2,
+        };
+        map.epoch = Epoch(1);
+        if let Err(e) = recompute(&mut map) {
+            panic!("the simulated cluster's initial map does not place: {e}");
+        }
+        let world = Rc::new(Self {
+            net: Net::new(ctx.clone()),
+            ctx,
+            map: RefCell::new(map),
+            leases: RefCell::new(BTreeMap::new()),
+            reports: RefCell::new(BTreeMap::new()),
+            osds: RefCell::new(BTreeMap::new()),
+            feeds: RefCell::new(Vec::new()),
+            next_proc: Cell::new(1),
+            problems: RefCell::new(Vec::new()),
+            broken,
+            corrupted: RefCell::new(BTreeSet::new()),
+            history: RefCell::new(None),
+            cfg,
+        });
+        for i in 0..world.cfg.osds {
+            world.add_disk(OsdId(i));
+            world
+                .leases
+                .borrow_mut()
+                .insert(OsdId(i), world.cfg.lease_ttl);
+        }
+        world
+    }
+
+    fn add_disk(&self, id: OsdId) {
+        let mem = MemDevice::new(self.cfg.disk_bytes);
+        let opts = FormatOptions {
+            slices: 1,
+            journal_blocks: Some(4096),
+            object_size: self.cfg.object_size,
+        };
+        if let Err(e) = futures::executor::block_on(Store::format(&mem, None, &opts)) {
+            panic!("formatting a simulated disk: {e}");
+        }
+        self.osds.borrow_mut().insert(
+            id,
+            OsdState {
+                mem,
+                slow: Rc::new(Cell::new(Duration::ZERO)),
+                proc: None,
+                shard: None,
+                destroyed: false,
+                etcd_cut_until: Duration::ZERO,
+                slow_until: Duration::ZERO,
+            },
+        );
+    }
+
+    /// A fresh process id.
+    pub fn new_proc(&self) -> ProcId {
+        let p = self.next_proc.get();
+        self.next_proc.set(p + 1);
+        ProcId(p)
+    }
+
+    /// Starts every OSD and the manager.
+    pub fn boot(self: &Rc<Self>) {
+        let ids: Vec<OsdId> = self.osds.borrow().keys().copied().collect();
+        for id in ids {
+            self.start_osd(id);
+        }
+        let w = self.clone();
+        self.ctx
+            .exec
+            .spawn_on(WORLD, async move { w.mgr_loop().await });
+    }
+
+    /// A map feed for a client process, kept current by [`World::publish`].
+    pub fn add_client(&self, proc: ProcId) -> Arc<MapFeed> {
+        let feed = MapFeed::fixed(self.map.borrow().clone());
+        self.feeds.borrow_mut().push((proc, feed.clone()));
+        feed
+    }
+
+    /// OSDs running now.
+    pub fn running(&self) -> Vec<OsdId> {
+        self.osds
+            .borrow()
+            .iter()
+            .filter(|(_, s)| s.proc.is_some())
+            .map(|(id, _)| *id)
+            .collect()
+    }
+
+    /// OSDs that are down and may be started again.
+    pub fn stopped(&self) -> Vec<OsdId> {
+        self.osds
+            .borrow()
+            .iter()
+            .filter(|(_, s)| s.proc.is_none() && !s.destroyed)
+            .map(|(id, _)| *id)
+            .collect()
+    }
+
+    /// Starts OSD `id`'s process on its disk as it is.
+    pub fn start_osd(self: &Rc<Self>, id: OsdId) {
+        let proc = self.new_proc();
+        let (mem, slow) = {
+            let mut osds = self.osds.borrow_mut();
+            let Some(s) = osds.get_mut(&id) else { return };
+            if s.proc.is_some() || s.destroyed {
+                return;
+            }
+            s.proc = Some(proc);
+            (s.mem.clone(), s.slow.clone())
+        };
+        let w = self.clone();
+        self.ctx
+            .exec
+            .spawn_on(proc, async move { w.osd_main(id, proc, mem, slow).await });
+    }
+
+    /// The OSD process: open the store, serve, and run the daemon's control
+    /// loop (keep the lease, fence when it lapses, report PG states).
+    async fn osd_main(
+        self: Rc<Self>,
+        id: OsdId,
+        proc: ProcId,
+        mem: MemDevice,
+        slow: Rc<Cell<Duration>>,
+    ) {
+        let dev = SimDisk::new(mem, self.ctx.clone(), slow);
+        let (store, bg) = match Store::open(dev, None, 0).await {
+            Ok(x) => x,
+            Err(e) => {
+                self.problem(format!("{id} cannot open its store: {e}"));
+                return;
+            }
+        };
+        pontoon_rt::spawn(bg);
+        let peers = SimPeers {
+            me: id,
+            net: self.net.clone(),
+        };
+        let shard = Shard::new(id, 0, 1, store, peers);
+        shard.break_replication_for_tests(self.broken);
+        self.net.endpoints.borrow_mut().insert(
+            id,
+            Endpoint {
+                proc,
+                shard: shard.clone(),
+            },
+        );
+        if let Some(s) = self.osds.borrow_mut().get_mut(&id) {
+            s.shard = Some(shard.clone());
+        }
+        let objects = shard.store().list().len();
+        self.ctx
+            .log(format!("{id} up: store open with {objects} objects"));
+        shard.apply_map(Rc::new(shard_map(&self.map.borrow())));
+        let ttl = self.cfg.lease_ttl;
+        let mut valid_until = Duration::ZERO;
+        let mut fenced = false;
+        loop {
+            let now = self.ctx.exec.elapsed();
+            let cut = self
+                .osds
+                .borrow()
+                .get(&id)
+                .is_some_and(|s| now < s.etcd_cut_until);
+            if !cut {
+                self.leases.borrow_mut().insert(id, now + ttl);
+                valid_until = now + ttl;
+            }
+            let valid = now < valid_until;
+            if valid == fenced {
+                fenced = !valid;
+                shard.set_fenced(fenced);
+                self.ctx.log(format!(
+                    "{id} {}",
+                    if fenced {
+                        "lease lapsed: fenced"
+                    } else {
+                        "lease held again: unfenced"
+                    }
+                ));
+            }
+            if !fenced {
+                let report = OsdReport {
+                    osd: id,
+                    epoch: shard.map().epoch,
+                    pgs: pg_reports(&shard.pg_status()),
+                    used_bytes: 0,
+                    capacity_bytes: 0,
+                };
+                self.reports.borrow_mut().insert(id, report);
+            }
+            pontoon_rt::sleep(self.cfg.tick).await;
+        }
+    }
+
+    /// Kills OSD `id`'s process; its disk keeps each unflushed sector with
+    /// probability one half.
+    pub fn crash_osd(&self, id: OsdId) {
+        let proc = {
+            let mut osds = self.osds.borrow_mut();
+            let Some(s) = osds.get_mut(&id) else { return };
+            s.shard = None;
+            s.proc.take()
+        };
+        let Some(proc) = proc else { return };
+        self.ctx.exec.kill(proc);
+        self.net.endpoints.borrow_mut().remove(&id);
+        let mut osds = self.osds.borrow_mut();
+        let Some(s) = osds.get_mut(&id) else { return };
+        let cached = s.mem.cached_sectors();
+        let mut kept = 0;
+        s.mem.power_cycle(|_| {
+            let keep = self.ctx.range(0, 2) == 1;
+            kept += usize::from(keep);
+            keep
+        });
+        self.ctx.note(Fault::Crash);
+        self.ctx.log(format!(
+            "CRASH {id}: {kept} of {cached} unflushed sectors reached the disk"
+        ));
+    }
+
+    /// Destroys OSD `id` for good and registers a new, empty OSD in its place.
+    pub fn replace_osd(self: &Rc<Self>, id: OsdId) -> OsdId {
+        self.crash_osd(id);
+        if let Some(s) = self.osds.borrow_mut().get_mut(&id) {
+            s.destroyed = true;
+        }
+        let mut m = self.map.borrow().clone();
+        let new = OsdId(m.next.osd);
+        m.next.osd += 1;
+        m.osds.insert(new, osd_record(new, &self.cfg));
+        m.epoch = Epoch(m.epoch.0 + 1);
+        self.add_disk(new);
+        self.leases
+            .borrow_mut()
+            .insert(new, self.ctx.exec.elapsed() + self.cfg.lease_ttl);
+        self.ctx.note(Fault::Replace);
+        self.ctx
+            .log(format!("REPLACE {id} (destroyed) by new empty {new}"));
+        self.publish(m);
+        self.start_osd(new);
+        new
+    }
+
+    /// Cuts OSD `id` from etcd for `dur` (zero: reconnects it now).
+    pub fn cut_etcd(&self, id: OsdId, dur: Duration) {
+        let until = self.ctx.exec.elapsed() + dur;
+        if let Some(s) = self.osds.borrow_mut().get_mut(&id) {
+            s.etcd_cut_until = if dur.is_zero() {
+                until
+            } else {
+                s.etcd_cut_until.max(until)
+            };
+        }
+    }
+
+    /// Makes OSD `id`'s disk slower by `extra` per operation for `dur`
+    /// (zero `extra`: normal speed now). Returns when it ends.
+    pub fn slow_disk(&self, id: OsdId, extra: Duration, dur: Duration) -> Duration {
+        let until = self.ctx.exec.elapsed() + dur;
+        let mut osds = self.osds.borrow_mut();
+        let Some(s) = osds.get_mut(&id) else {
+            return until;
+        };
+        if extra.is_zero() {
+            s.slow.set(Duration::ZERO);
+            s.slow_until = until;
+        } else {
+            s.slow.set(s.slow.get().max(extra));
+            s.slow_until = s.slow_until.max(until);
+        }
+        s.slow_until
+    }
+
+    /// Ends a slow-disk fault whose time is up.
+    pub fn slow_disk_expire(&self, id: OsdId) {
+        let now = self.ctx.exec.elapsed();
+        if let Some(s) = self.osds.borrow_mut().get_mut(&id)
+            && now >= s.slow_until
+        {
+            s.slow.set(Duration::ZERO);
+        }
+    }
+
+    fn problem(&self, what: String) {
+        self.ctx.log(format!("PROBLEM {what}"));
+        self.problems.borrow_mut().push(what);
+    }
+
+    /// OSDs whose lease etcd holds now.
+    fn alive(&self) -> BTreeSet<OsdId> {
+        let now = self.ctx.exec.elapsed();
+        self.leases
+            .borrow()
+            .iter()
+            .filter(|(_, until)| **until > now)
+            .map(|(id, _)| *id)
+            .collect()
+    }
+
+    async fn mgr_loop(self: Rc<Self>) {
+        loop {
+            pontoon_rt::sleep(self.cfg.mgr_interval).await;
+            self.mgr_pass();
+        }
+    }
+
+    /// One pass of the manager: the real decision function on the current
+    /// map, reports and leases; a change is committed at the next epoch.
+    pub fn mgr_pass(self: &Rc<Self>) {
+        let alive = self.alive();
+        let reports: Vec<OsdReport> = self.reports.borrow().values().cloned().collect();
+        let mut m = self.map.borrow().clone();
+        m.alive = alive.clone();
+        m.epoch = Epoch(m.epoch.0 + 1);
+        let now = UNIX_BASE + self.ctx.exec.elapsed().as_secs();
+        match pontoon_mgr::decide(&mut m, &reports, now, self.cfg.out_after) {
+            Ok(d) if !d.is_empty() => {
+                for x in &d {
+                    self.ctx.log(format!("mgr @{}: {x}", m.epoch));
+                }
+                self.publish(m);
+            }
+            Ok(_) => self.map.borrow_mut().alive = alive,
+            Err(e) => self.problem(format!("manager: {e}")),
+        }
+    }
+
+    /// Commits `m` and sends it to every running process, each after its
+    /// own delay (maps arrive late and in different orders).
+    pub fn publish(self: &Rc<Self>, m: ClusterMap) {
+        let old = self.map.replace(m.clone());
+        for (pg, rec) in &m.pgs {
+            let before = old.pgs.get(pg).map(|r| r.acting.clone());
+            if before.as_ref() != Some(&rec.acting) {
+                self.ctx.log(format!(
+                    "map @{}: pg {pg} acting {:?} -> {:?} (interval {})",
+                    m.epoch,
+                    before
+                        .unwrap_or_default()
+                        .iter()
+                        .map(|o| o.0)
+                        .collect::<Vec<_>>(),
+                    rec.acting.iter().map(|o| o.0).collect::<Vec<_>>(),
+                    rec.interval
+                ));
+            }
+        }
+        let view = Rc::new(shard_map(&m));
+        let shards: Vec<(ProcId, Rc<SimShard>)> = self
+            .osds
+            .borrow()
+            .values()
+            .filter_map(|s| Some((s.proc?, s.shard.clone()?)))
+            .collect();
+        for (proc, shard) in shards {
+            let (view, delay) = (view.clone(), self.map_delay());
+            self.ctx.exec.spawn_on(proc, async move {
+                pontoon_rt::sleep(delay).await;
+                shard.apply_map(view);
+            });
+        }
+        let m = Arc::new(m);
+        for (proc, feed) in self.feeds.borrow().iter() {
+            let (m, feed, delay) = (m.clone(), feed.clone(), self.map_delay());
+            self.ctx.exec.spawn_on(*proc, async move {
+                pontoon_rt::sleep(delay).await;
+                feed.publish((*m).clone());
+            });
+        }
+    }
+
+    /// Whether every PG has a full acting set whose primary (running) holds
+    /// it active+clean in the map's current interval.
+    pub fn is_clean(&self) -> bool {
+        self.unclean().is_empty()
+    }
+
+    /// PGs not clean, with why.
+    fn unclean(&self) -> Vec<String> {
+        let map = self.map.borrow();
+        let osds = self.osds.borrow();
+        let mut out = Vec::new();
+        for (pg, rec) in &map.pgs {
+            let size = map.pools.get(&pg.pool).map_or(0, |p| p.size as usize);
+            if rec.acting.len() < size {
+                out.push(format!("pg {pg}: acting {:?} is short", rec.acting));
+                continue;
+            }
+            let Some(primary) = rec.acting.first() else {
+                continue;
+            };
+            let Some(shard) = osds.get(primary).and_then(|s| s.shard.clone()) else {
+                out.push(format!("pg {pg}: primary {primary} not running"));
+                continue;
+            };
+            let st = shard.pg_status().into_iter().find(|s| s.pg == *pg);
+            match st {
+                Some(s) if s.interval == rec.interval && s.state == "active+clean" => {}
+                Some(s) => out.push(format!(
+                    "pg {pg}: {} at interval {} on {primary} (map interval {}){}",
+                    s.state,
+                    s.interval,
+                    rec.interval,
+                    s.detail.map(|d| format!(": {d}")).unwrap_or_default()
+                )),
+                None => out.push(format!("pg {pg}: unknown to its primary {primary}")),
+            }
+        }
+        out
+    }
+
+    /// A one-line account of what is not clean.
+    pub fn unclean_summary(&self) -> String {
+        let u = self.unclean();
+        if u.is_empty() {
+            "every PG is active+clean".into()
+        } else {
+            u.join("; ")
+        }
+    }
+
+    fn map_delay(&self) -> Duration {
+        if self.ctx.chance(self.ctx.faults.map_delay) {
+            self.ctx.note(Fault::MapDelay);
+            Duration::from_millis(self.ctx.range(50, 3_000))
+        } else {
+            Duration::from_micros(self.ctx.range(100, 20_000))
+        }
+    }
+}
+
+fn osd_record(id: OsdId, cfg: &Config) -> OsdRecord {
+    OsdRecord {
+        id,
+        host: format!("simhost{}", id.0),
+        addrs: vec![osd_addr(id)],
+        weight: 1024,
+        device_bytes: cfg.disk_bytes,
+        in_cluster: true,
+        down_since_unix: None,
+    }
+}
