@@ -111,6 +111,24 @@ impl<D: BlockDevice + 'static, P: Peers> Shard<D, P> {
         })
     }
 
+    /// After any wait: the PG must still be active in the same life (the
+    /// interval may have ended, or the PG been found incomplete, while the
+    /// request waited, and then this copy may be stale).
+    fn still_serving(&self, t: &Target, c: &Checked) -> Result<(), Answer> {
+        let pgs = self.pgs.borrow();
+        match pgs.get(&t.pg) {
+            Some(p) if p.generation == c.generation && p.phase == Phase::Active => Ok(()),
+            _ => Err(error(
+                Status::StaleEpoch,
+                c.interval,
+                format!(
+                    "pg {} left interval {} while the request waited",
+                    t.pg, c.interval
+                ),
+            )),
+        }
+    }
+
     /// Recovers `t.oid` first if some member lacks it. Caller holds the lock.
     async fn ensure_recovered(self: &Rc<Self>, t: &Target, c: &Checked) -> Result<(), Answer> {
         let missing = self
@@ -144,6 +162,9 @@ impl<D: BlockDevice + 'static, P: Peers> Shard<D, P> {
         };
         // Never return a write that is not yet on every member.
         self.locks.wait_unlocked(t.oid).await;
+        if let Err(a) = self.still_serving(&t, &c) {
+            return a;
+        }
         let stale_here = self
             .pgs
             .borrow()
@@ -153,6 +174,9 @@ impl<D: BlockDevice + 'static, P: Peers> Shard<D, P> {
         if stale_here {
             let _g = self.locks.lock(t.oid).await;
             if let Err(a) = self.ensure_recovered(&t, &c).await {
+                return a;
+            }
+            if let Err(a) = self.still_serving(&t, &c) {
                 return a;
             }
         }
@@ -167,6 +191,9 @@ impl<D: BlockDevice + 'static, P: Peers> Shard<D, P> {
     /// member holding the same version, install it, and read again.
     async fn read_after_repair(self: &Rc<Self>, t: &Target, c: &Checked, r: &ReadReq) -> Answer {
         let _g = self.locks.lock(t.oid).await;
+        if let Err(a) = self.still_serving(t, c) {
+            return a;
+        }
         let version = self.store.version(t.oid).unwrap_or(Version::ZERO);
         let others: Vec<OsdId> = c.acting.iter().copied().filter(|o| *o != self.me).collect();
         tracing::warn!(oid = %t.oid, "checksum mismatch on the primary: repairing from a replica");
@@ -189,6 +216,9 @@ impl<D: BlockDevice + 'static, P: Peers> Shard<D, P> {
                 c.interval,
                 format!("repairing {}: {e}", t.oid),
             );
+        }
+        if let Err(a) = self.still_serving(t, c) {
+            return a;
         }
         match self.store.read(t.oid, r.offset, r.len as u64).await {
             Ok(out) => (Message::Reply(Reply::ok(out.version)), Some(out.data)),
@@ -241,6 +271,9 @@ impl<D: BlockDevice + 'static, P: Peers> Shard<D, P> {
             Err(a) => return a,
         };
         self.locks.wait_unlocked(t.oid).await;
+        if let Err(a) = self.still_serving(&t, &c) {
+            return a;
+        }
         let mut r = Reply::ok(self.store.version(t.oid).unwrap_or(Version::ZERO));
         r.epoch = c.interval;
         r.ranges = self

@@ -9,7 +9,7 @@ use pontoon_proto::{
     Message, PEER_PAGE, PeerInfo, PeerQuery, Reply, Status, SubOp, SubOpKind, Target,
 };
 use pontoon_store::{BlockDevice, ObjectImage};
-use pontoon_types::{Epoch, ObjectId};
+use pontoon_types::{Epoch, ObjectId, Version};
 
 use crate::map::{PgEntry, pg_for};
 use crate::peers::Peers;
@@ -41,6 +41,18 @@ impl<D: BlockDevice + 'static, P: Peers> Shard<D, P> {
                 known,
                 format!("pg {} interval {} not seen yet", t.pg, t.epoch),
             );
+        }
+        // One operation per object at a time, and never an older one over a
+        // newer: a request that sat in a stalled handler (or was sent again
+        // after its sender gave up on it) may arrive after its successors.
+        let _guard = self.locks.lock(t.oid).await;
+        let have = self.store.version(t.oid).unwrap_or(Version::ZERO);
+        let superseded = match op.kind {
+            SubOpKind::Replace => have > op.version,
+            _ => have >= op.version,
+        };
+        if superseded {
+            return (Message::Reply(Reply::ok(have)), None);
         }
         // Accepted for this interval: in flight until the store has it (a
         // peering query answered meanwhile lists it only after that).

@@ -168,3 +168,48 @@ impl Ctx {
 pub fn stamp(at: Duration) -> String {
     format!("[{:>4}.{:06}]", at.as_secs(), at.subsec_micros())
 }
+
+thread_local! {
+    static LOGGING_TO: RefCell<std::rc::Weak<Ctx>> = const { RefCell::new(std::rc::Weak::new()) };
+}
+
+/// Sends the real code's `tracing` events (info and above) into `ctx`'s
+/// trace, stamped with virtual time, until the guard is dropped.
+pub fn capture_logs(ctx: &Rc<Ctx>) -> tracing::subscriber::DefaultGuard {
+    LOGGING_TO.with(|l| *l.borrow_mut() = Rc::downgrade(ctx));
+    let subscriber = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::INFO)
+        .without_time()
+        .with_target(false)
+        .with_ansi(false)
+        .with_writer(|| TraceWriter(Vec::new()))
+        .finish();
+    tracing::subscriber::set_default(subscriber)
+}
+
+/// Collects one formatted event and logs it when dropped.
+struct TraceWriter(Vec<u8>);
+
+impl std::io::Write for TraceWriter {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Drop for TraceWriter {
+    fn drop(&mut self) {
+        let line = String::from_utf8_lossy(&self.0).trim_end().to_string();
+        if line.is_empty() {
+            return;
+        }
+        LOGGING_TO.with(|l| {
+            if let Some(ctx) = l.borrow().upgrade() {
+                ctx.log(format!("  | {line}"));
+            }
+        });
+    }
+}

@@ -102,27 +102,13 @@ fn draw(seed: u64, fault_time: Duration) -> (FaultRates, Plan) {
     (rates, plan)
 }
 
-/// Keeps freed disk images in the heap instead of returning them to the
-/// kernel: every run allocates and drops tens of megabytes of simulated
-/// disk, and fresh pages from the kernel cost more than the simulation.
-fn keep_freed_memory() {
-    static ONCE: std::sync::Once = std::sync::Once::new();
-    ONCE.call_once(|| {
-        // SAFETY: mallopt only changes glibc's allocation thresholds.
-        unsafe {
-            libc::mallopt(libc::M_MMAP_THRESHOLD, 1 << 30);
-            libc::mallopt(libc::M_TRIM_THRESHOLD, 1 << 30);
-        }
-    });
-}
-
 /// Runs one seed to its verdict.
 pub fn run_seed(opts: &RunOptions) -> Outcome {
-    keep_freed_memory();
     let wall = Instant::now();
     let (rates, plan) = draw(opts.seed, opts.fault_time);
     let ctx = Ctx::new(opts.seed, rates, opts.echo);
     let _rt = pontoon_rt::install(ctx.exec.runtime());
+    let _logs = crate::ctx::capture_logs(&ctx);
     ctx.log(format!("seed {}: {rates:?} {plan:?}", opts.seed));
     let world = World::new(ctx.clone(), Config::default(), opts.broken);
     let failure = drive(&world, &plan, opts.fault_time);
@@ -137,13 +123,14 @@ pub fn run_seed(opts: &RunOptions) -> Outcome {
         trace_tail: ctx.trace_tail(250),
         digest: ctx.trace_digest(),
     };
-    ctx.exec.shutdown();
     let ops = world.history.borrow().as_ref().map_or(0, |h| {
         h.ops()
             .iter()
             .filter(|o| o.outcome != OpOutcome::Pending)
             .count()
     });
+    ctx.exec.shutdown();
+    world.teardown();
     Outcome {
         ops,
         wall_time: wall.elapsed(),
@@ -304,7 +291,9 @@ fn compare_replicas(world: &Rc<World>) -> Vec<String> {
                 for (osd, v, d) in &copies[1..] {
                     if v != v0 || d != d0 {
                         found.push(format!(
-                            "{oid}: replicas differ after settling: {first} has {v0:?}, {osd} has {v:?}{}",
+                            "{oid} (pg {pg}, acting {:?}, interval {}): replicas differ after settling: {first} has {v0:?}, {osd} has {v:?}{}",
+                            rec.acting.iter().map(|o| o.0).collect::<Vec<_>>(),
+                            rec.interval,
                             if d != d0 { " with different bytes" } else { "" }
                         ));
                     }

@@ -527,6 +527,15 @@ impl World {
         }
     }
 
+    /// Drops every process, disk and client feed: shards and the network
+    /// refer to each other, so without this a finished run stays in memory.
+    pub fn teardown(&self) {
+        self.net.endpoints.borrow_mut().clear();
+        self.osds.borrow_mut().clear();
+        self.feeds.borrow_mut().clear();
+        self.history.borrow_mut().take();
+    }
+
     /// Whether every PG has a full acting set whose primary (running) holds
     /// it active+clean in the map's current interval.
     pub fn is_clean(&self) -> bool {
