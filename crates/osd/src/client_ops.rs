@@ -165,13 +165,16 @@ impl<D: BlockDevice + 'static, P: Peers> Shard<D, P> {
         if let Err(a) = self.still_serving(&t, &c) {
             return a;
         }
-        let stale_here = self
+        // Some member lacks the object's newest version (a write that
+        // failed half way, or one this interval inherited): serving it now
+        // could return a value a later primary never sees, or an old one.
+        // Bring every member level first.
+        let missing = self
             .pgs
             .borrow()
             .get(&t.pg)
-            .and_then(|p| p.missing.get(&t.oid).map(|m| m.stale.contains(&self.me)))
-            .unwrap_or(false);
-        if stale_here {
+            .is_some_and(|p| p.missing.contains_key(&t.oid));
+        if missing {
             let _g = self.locks.lock(t.oid).await;
             if let Err(a) = self.ensure_recovered(&t, &c).await {
                 return a;

@@ -215,6 +215,16 @@ impl World {
 
     /// Starts every OSD and the manager.
     pub fn boot(self: &Rc<Self>) {
+        {
+            let map = self.map.borrow();
+            if let Some(v) = map.volume_by_name(VOLUME) {
+                let placed: Vec<String> = (0..v.object_count())
+                    .map(|i| pontoon_types::ObjectId::new(v.id.0, i))
+                    .filter_map(|o| Some(format!("{o}→pg {}", map.pg_of_object(&o)?)))
+                    .collect();
+                self.ctx.log(format!("objects: {}", placed.join(", ")));
+            }
+        }
         let ids: Vec<OsdId> = self.osds.borrow().keys().copied().collect();
         for id in ids {
             self.start_osd(id);
