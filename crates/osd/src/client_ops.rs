@@ -22,7 +22,6 @@ type Answer = (Message, Option<AlignedBuf>);
 struct Checked {
     interval: Epoch,
     acting: Vec<OsdId>,
-    min_size: u32,
     generation: u64,
 }
 
@@ -86,6 +85,20 @@ impl<D: BlockDevice + 'static, P: Peers> Shard<D, P> {
                 format!("pg {} interval {} not seen yet", t.pg, t.epoch),
             ));
         }
+        // Fewer members than min_size: the next peering may skip this
+        // interval (it could not have accepted writes), so a value read
+        // here could vanish afterwards. No I/O at all, as for writes.
+        let members = pg.entry.acting.len() as u32;
+        if pg.phase == Phase::Active && members < pg.params.min_size {
+            return Err(error(
+                Status::PgInactive,
+                interval,
+                format!(
+                    "pg {} has {members} of the {} members it needs to serve I/O",
+                    t.pg, pg.params.min_size
+                ),
+            ));
+        }
         match &pg.phase {
             Phase::Active => {}
             Phase::Incomplete(why) => {
@@ -106,7 +119,6 @@ impl<D: BlockDevice + 'static, P: Peers> Shard<D, P> {
         Ok(Checked {
             interval,
             acting: pg.entry.acting.clone(),
-            min_size: pg.params.min_size,
             generation: pg.generation,
         })
     }
@@ -313,18 +325,6 @@ impl<D: BlockDevice + 'static, P: Peers> Shard<D, P> {
             Ok(c) => c,
             Err(a) => return a,
         };
-        if (c.acting.len() as u32) < c.min_size {
-            return error(
-                Status::PgInactive,
-                c.interval,
-                format!(
-                    "pg {} has {} of the {} members it needs to accept writes",
-                    t.pg,
-                    c.acting.len(),
-                    c.min_size
-                ),
-            );
-        }
         if let Err(a) = self.ensure_recovered(&t, &c).await {
             return a;
         }

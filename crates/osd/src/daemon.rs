@@ -274,9 +274,10 @@ async fn control(
         .as_millis()
         .div_ceil(1000)
         .clamp(1, u128::from(u64::MAX)) as u64;
+    let mut maps = store.watch().await.map_err(cl)?;
+    wait_to_be_seen_down(me, &mut maps, cfg.lease_ttl).await;
     let mut lease = OsdLease::start(&store, me, ttl).await.map_err(cl)?;
     tracing::info!(osd = %me, ttl_secs = ttl, "alive");
-    let mut maps = store.watch().await.map_err(cl)?;
     let mut fenced = false;
     let mut last_epoch = None;
     let mut last_report: Option<(OsdReport, Instant)> = None;
@@ -337,6 +338,44 @@ async fn control(
     }
     tracing::info!(osd = %me, "stopped");
     Ok(me)
+}
+
+/// Longest wait for the manager to see a restarted OSD down, beyond its
+/// previous life's lease.
+const SEEN_DOWN_GRACE: Duration = Duration::from_secs(30);
+
+/// Whether `me` is a member of any PG's current interval in `map`.
+pub fn in_any_interval(map: &pontoon_cluster::ClusterMap, me: OsdId) -> bool {
+    map.pgs.values().any(|pg| pg.acting.contains(&me))
+}
+
+/// A restarted OSD must not serve in an interval its previous life served
+/// in: the primaries of that interval peered with the old life, so they
+/// would not notice what this life lost or what the old life left in
+/// flight (a sub-operation arriving after this life peered again). So
+/// before taking its lease, an OSD that is still in some acting set waits
+/// until the old lease has lapsed and the manager has taken it out of every
+/// acting set; its new lease then brings it back in new intervals, which
+/// peer afresh. Bounded: without a manager nothing would ever change.
+async fn wait_to_be_seen_down(
+    me: OsdId,
+    maps: &mut tokio::sync::watch::Receiver<Arc<pontoon_cluster::ClusterMap>>,
+    lease_ttl: Duration,
+) {
+    if !in_any_interval(&maps.borrow(), me) {
+        return;
+    }
+    tracing::info!(osd = %me, "waiting for the cluster to see this OSD's previous life down");
+    let deadline = tokio::time::Instant::now() + lease_ttl + SEEN_DOWN_GRACE;
+    while in_any_interval(&maps.borrow_and_update(), me) {
+        match tokio::time::timeout_at(deadline, maps.changed()).await {
+            Ok(Ok(())) => {}
+            Ok(Err(_)) | Err(_) => {
+                tracing::warn!(osd = %me, "the manager did not mark this OSD down in time; starting in its current intervals");
+                return;
+            }
+        }
+    }
 }
 
 /// Collects every shard's PG states and space into a report.

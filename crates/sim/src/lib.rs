@@ -24,4 +24,4 @@ pub mod run;
 pub mod workload;
 pub mod world;
 
-pub use run::{Outcome, RunOptions, run_seed};
+pub use run::{Outcome, Profile, RunOptions, run_seed};

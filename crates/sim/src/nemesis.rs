@@ -29,6 +29,8 @@ pub struct Plan {
     pub replace: bool,
     /// Most OSDs down at once.
     pub max_down: usize,
+    /// How long a crashed OSD stays down (milliseconds, range).
+    pub down_ms: (u64, u64),
 }
 
 /// Runs the injector until `plan.until`.
@@ -83,7 +85,7 @@ fn crash_one(world: &Rc<World>, plan: &Plan) {
     }
     let id = running[ctx.pick(running.len())];
     world.crash_osd(id);
-    let back = Duration::from_millis(ctx.range(200, 15_000));
+    let back = Duration::from_millis(ctx.range(plan.down_ms.0, plan.down_ms.1));
     let (w, until) = (world.clone(), plan.until);
     ctx.exec.spawn_on(WORLD, async move {
         pontoon_rt::sleep(back).await;
@@ -166,8 +168,9 @@ fn slow_disk(world: &Rc<World>) {
     });
 }
 
-/// Flips a byte in a data-area block of a running OSD that holds a
-/// workload value. Returns whether one was found.
+/// Flips a bit in a block of a running OSD's disk that holds a workload
+/// value (in the data area or in a journal record). Returns whether one
+/// was found.
 fn corrupt_block(world: &Rc<World>) -> bool {
     let ctx = &world.ctx;
     let running = world.running();
@@ -175,14 +178,18 @@ fn corrupt_block(world: &Rc<World>) -> bool {
         return false;
     }
     let id = running[ctx.pick(running.len())];
-    let (mem, data_start) = {
+    let mem = {
         let osds = world.osds.borrow();
         let Some(s) = osds.get(&id) else { return false };
-        let Some(shard) = &s.shard else { return false };
-        (s.mem.clone(), shard.store().layout().data_start)
+        if s.shard.is_none() {
+            return false;
+        }
+        s.mem.clone()
     };
     let img = mem.image();
-    let start = data_start as usize * BLOCK;
+    // Anywhere past the device header: a block moved home to the data
+    // area, or one still in a journal record.
+    let start = BLOCK;
     let candidates: Vec<usize> = (start..img.len().saturating_sub(BLOCK - 1))
         .step_by(BLOCK)
         .filter(|at| matches!(decode(&img[*at..*at + BLOCK]), Ok(v) if v != 0))
@@ -191,12 +198,13 @@ fn corrupt_block(world: &Rc<World>) -> bool {
         return false;
     }
     let at = candidates[ctx.pick(candidates.len())];
+    let held = decode(&img[at..at + BLOCK]).unwrap_or(0);
     let byte = img[at + 100] ^ 0x10;
     mem.corrupt((at + 100) as u64, &[byte]);
     world.corrupted.borrow_mut().insert(id);
     ctx.note(Fault::Corruption);
     ctx.log(format!(
-        "CORRUPT {id}: flipped a bit in the data block at byte {at}"
+        "CORRUPT {id}: flipped a bit in the block at byte {at} (holding #{held})"
     ));
     true
 }

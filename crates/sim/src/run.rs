@@ -19,9 +19,21 @@ use crate::net::ClientWire;
 use crate::workload::{BLOCK, History, Outcome as OpOutcome, Shape, offset_of, read_one, worker};
 use crate::world::{Config, VOLUME, World};
 
+/// A family of fault schedules.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Profile {
+    /// Every fault kind at the rates the seed draws; OSDs stay down 0.2–15 s.
+    Mixed,
+    /// Churn: OSDs come back within 0.05–1.5 s (often before their lease
+    /// lapses), and 5–10 % of OSD-to-OSD requests are delivered again late.
+    Churn,
+}
+
 /// How to run one seed.
 #[derive(Clone, Debug)]
 pub struct RunOptions {
+    /// Which family of schedules the seed draws from.
+    pub profile: Profile,
     /// The seed: it decides the fault rates, the fault schedule and every
     /// interleaving.
     pub seed: u64,
@@ -37,6 +49,7 @@ impl RunOptions {
     /// Defaults for `seed`.
     pub fn new(seed: u64) -> Self {
         Self {
+            profile: Profile::Mixed,
             seed,
             fault_time: Duration::from_secs(30),
             broken: false,
@@ -75,12 +88,17 @@ const WORKERS_PER_CLIENT: u32 = 2;
 const BLOCKS_PER_OBJECT: u32 = 4;
 
 /// The fault rates and schedule a seed picks.
-fn draw(seed: u64, fault_time: Duration) -> (FaultRates, Plan) {
+fn draw(seed: u64, fault_time: Duration, profile: Profile) -> (FaultRates, Plan) {
+    let churn = profile == Profile::Churn;
     let mut r = StdRng::seed_from_u64(seed ^ 0x5eed_f00d_cafe_d00d);
     let mut one_of = |xs: &[f64]| xs[r.random_range(0..xs.len())];
     let rates = FaultRates {
         loss: one_of(&[0.0, 0.001, 0.005, 0.02]),
-        duplicate: one_of(&[0.0, 0.002, 0.01]),
+        duplicate: if churn {
+            one_of(&[0.05, 0.1])
+        } else {
+            one_of(&[0.0, 0.002, 0.01])
+        },
         delay: one_of(&[0.0, 0.01, 0.05]),
         map_delay: one_of(&[0.0, 0.05, 0.3]),
     };
@@ -98,6 +116,7 @@ fn draw(seed: u64, fault_time: Duration) -> (FaultRates, Plan) {
         corrupt: special < 3,
         replace: (3..6).contains(&special),
         max_down: r.random_range(1..3),
+        down_ms: if churn { (50, 1_500) } else { (200, 15_000) },
     };
     (rates, plan)
 }
@@ -105,7 +124,7 @@ fn draw(seed: u64, fault_time: Duration) -> (FaultRates, Plan) {
 /// Runs one seed to its verdict.
 pub fn run_seed(opts: &RunOptions) -> Outcome {
     let wall = Instant::now();
-    let (rates, plan) = draw(opts.seed, opts.fault_time);
+    let (rates, plan) = draw(opts.seed, opts.fault_time, opts.profile);
     let ctx = Ctx::new(opts.seed, rates, opts.echo);
     let _rt = pontoon_rt::install(ctx.exec.runtime());
     let _logs = crate::ctx::capture_logs(&ctx);

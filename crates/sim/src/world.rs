@@ -16,7 +16,7 @@ use pontoon_cluster::{
     ClusterMap, FailureDomain, NextIds, OsdRecord, OsdReport, PoolRecord, VolumeRecord, recompute,
 };
 use pontoon_osd::Shard;
-use pontoon_osd::daemon::pg_reports;
+use pontoon_osd::daemon::{in_any_interval, pg_reports};
 use pontoon_osd::view::shard_map;
 use pontoon_store::{FormatOptions, MemDevice, Store};
 use pontoon_types::{Epoch, OsdId, PoolId, VolumeId};
@@ -115,6 +115,8 @@ pub struct World {
     broken: bool,
     /// OSDs a block was corrupted on (their latent bad blocks are expected).
     pub corrupted: RefCell<BTreeSet<OsdId>>,
+    /// OSDs that have run before (a first life has no predecessor to wait for).
+    lived: RefCell<BTreeSet<OsdId>>,
     /// The clients' operations.
     pub history: RefCell<Option<Rc<crate::workload::History>>>,
 }
@@ -170,6 +172,7 @@ impl World {
             broken,
             corrupted: RefCell::new(BTreeSet::new()),
             history: RefCell::new(None),
+            lived: RefCell::new(BTreeSet::new()),
             cfg,
         });
         for i in 0..world.cfg.osds {
@@ -317,6 +320,22 @@ impl World {
         let objects = shard.store().list().len();
         self.ctx
             .log(format!("{id} up: store open with {objects} objects"));
+        // As the daemon does: a life that may follow another one still in
+        // some acting set waits until the manager has taken it out.
+        let give_up = self.ctx.exec.elapsed() + self.cfg.lease_ttl + Duration::from_secs(30);
+        let mut waited = false;
+        let first_life = self.lived.borrow_mut().insert(id);
+        while !first_life
+            && in_any_interval(&self.map.borrow(), id)
+            && self.ctx.exec.elapsed() < give_up
+        {
+            waited = true;
+            pontoon_rt::sleep(Duration::from_millis(100)).await;
+        }
+        if waited {
+            self.ctx
+                .log(format!("{id} seen down: its new life joins new intervals"));
+        }
         shard.apply_map(Rc::new(shard_map(&self.map.borrow())));
         let ttl = self.cfg.lease_ttl;
         let mut valid_until = Duration::ZERO;

@@ -7,7 +7,7 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use clap::Parser;
-use pontoon_sim::{RunOptions, run_seed};
+use pontoon_sim::{Profile, RunOptions, run_seed};
 
 #[derive(Parser)]
 #[command(about = "Deterministic simulation of Pontoon's replication, peering and recovery")]
@@ -31,6 +31,9 @@ struct Args {
     /// primary alone): the checker should fail it.
     #[arg(long)]
     broken: bool,
+    /// Family of fault schedules.
+    #[arg(long, value_enum, default_value = "mixed")]
+    profile: Profile,
     /// Stop at the first failing seed.
     #[arg(long)]
     fail_fast: bool,
@@ -49,6 +52,7 @@ fn main() -> ExitCode {
         let mut opts = RunOptions::new(*seed);
         opts.fault_time = Duration::from_secs(args.fault_secs);
         opts.broken = args.broken;
+        opts.profile = args.profile;
         opts.echo = args.trace;
         let out = run_seed(&opts);
         ops += out.ops;
@@ -58,8 +62,13 @@ fn main() -> ExitCode {
         }
         if let Some(f) = &out.failure {
             println!(
-                "\nFAILED seed {seed}:\n{f}\n--- last events of seed {seed} ---\n{}--- replay: pontoon-sim --seed {seed} --trace{} ---\n",
+                "\nFAILED seed {seed}:\n{f}\n--- last events of seed {seed} ---\n{}--- replay: pontoon-sim --seed {seed} --trace --profile {}{} ---\n",
                 out.trace_tail,
+                if args.profile == Profile::Churn {
+                    "churn"
+                } else {
+                    "mixed"
+                },
                 if args.broken { " --broken" } else { "" }
             );
             failures.push(*seed);
