@@ -295,6 +295,18 @@ impl World {
         let dev = SimDisk::new(mem, self.ctx.clone(), slow);
         let (store, bg) = match Store::open(dev, None, 0).await {
             Ok(x) => x,
+            Err(e @ pontoon_store::StoreError::Corrupt(_))
+                if self.corrupted.borrow().contains(&id) =>
+            {
+                // What an operator does with a drive that lost data: take
+                // it out and put a new one in; backfill rebuilds it.
+                self.ctx.log(format!("{id} refuses to start: {e}"));
+                let w = self.clone();
+                self.ctx.exec.spawn_on(WORLD, async move {
+                    w.retire_corrupt(id);
+                });
+                return;
+            }
             Err(e) => {
                 self.problem(format!("{id} cannot open its store: {e}"));
                 return;
@@ -314,9 +326,6 @@ impl World {
                 shard: shard.clone(),
             },
         );
-        if let Some(s) = self.osds.borrow_mut().get_mut(&id) {
-            s.shard = Some(shard.clone());
-        }
         let objects = shard.store().list().len();
         self.ctx
             .log(format!("{id} up: store open with {objects} objects"));
@@ -335,6 +344,11 @@ impl World {
         if waited {
             self.ctx
                 .log(format!("{id} seen down: its new life joins new intervals"));
+        }
+        // Maps flow to the shard from here on, as the daemon sends them only
+        // once its lease is taken.
+        if let Some(s) = self.osds.borrow_mut().get_mut(&id) {
+            s.shard = Some(shard.clone());
         }
         shard.apply_map(Rc::new(shard_map(&self.map.borrow())));
         let ttl = self.cfg.lease_ttl;
@@ -426,6 +440,14 @@ impl World {
         self.publish(m);
         self.start_osd(new);
         new
+    }
+
+    /// Replaces OSD `id`, whose store found itself corrupt, by a new one.
+    fn retire_corrupt(self: &Rc<Self>, id: OsdId) {
+        if let Some(s) = self.osds.borrow_mut().get_mut(&id) {
+            s.proc = None;
+        }
+        self.replace_osd(id);
     }
 
     /// Cuts OSD `id` from etcd for `dur` (zero: reconnects it now).
@@ -580,6 +602,14 @@ impl World {
             let size = map.pools.get(&pg.pool).map_or(0, |p| p.size as usize);
             if rec.acting.len() < size {
                 out.push(format!("pg {pg}: acting {:?} is short", rec.acting));
+                continue;
+            }
+            if let Some(o) = rec
+                .acting
+                .iter()
+                .find(|o| osds.get(o).is_none_or(|s| s.shard.is_none()))
+            {
+                out.push(format!("pg {pg}: acting member {o} is not serving yet"));
                 continue;
             }
             let Some(primary) = rec.acting.first() else {

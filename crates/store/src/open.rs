@@ -477,6 +477,20 @@ async fn scan_journal<D: BlockDevice>(
             break;
         };
         if record::verify_data(&entries, &crcs, data).is_err() {
+            // Only one record is ever in flight, so a torn one is the last.
+            // A complete record chained after this one means this one was
+            // written whole and its data went bad on the device since:
+            // replaying up to here would silently drop acknowledged writes.
+            let next = lpos + total;
+            if next - trim < ring {
+                let first = rd.get(next % ring, 1).await?;
+                if record::decode_head(first, next, crc).is_ok() {
+                    return Err(StoreError::Corrupt(format!(
+                        "journal record at {lpos} has data failing its checksum and later records follow it: \
+                         the device lost acknowledged writes; rebuild this OSD from its peers"
+                    )));
+                }
+            }
             tracing::debug!(lpos, "journal ends at a record with torn data");
             break;
         }

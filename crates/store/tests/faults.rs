@@ -220,6 +220,37 @@ fn flipped_bit_in_a_data_block_is_reported_not_returned() {
 }
 
 #[test]
+fn a_rotten_record_inside_the_journal_stops_the_store_from_opening() {
+    let mut h = Harness::fresh();
+    let oid = ObjectId::new(4, 2);
+    let s = h.store.clone();
+    for step in 1..=3u64 {
+        h.run(s.write(
+            oid,
+            step * 4096,
+            blocks(step * 10, 1),
+            Version::new(1, step),
+        ))
+        .unwrap();
+    }
+    let dev = h.dev.clone();
+    drop(h);
+    // The first record's data block rots on the device; records 2 and 3
+    // follow it, so this is not a write torn by a crash.
+    let at = find_block(&dev, 1, &common::block(10 * 1000));
+    let byte = dev.image()[at as usize + 7] ^ 0x20;
+    dev.corrupt(at + 7, &[byte]);
+    let img = MemDevice::from_image(dev.image());
+    match futures::executor::block_on(pontoon_store::Store::open(img, None, 0)) {
+        Err(StoreError::Corrupt(why)) => {
+            assert!(why.contains("later records follow"), "{why}")
+        }
+        Err(e) => panic!("expected a corruption error, got {e}"),
+        Ok(_) => panic!("a store that lost acknowledged writes opened as if nothing happened"),
+    }
+}
+
+#[test]
 fn garbage_or_forged_records_after_the_journal_end_are_not_followed() {
     for variant in 0..3 {
         let mut h = Harness::fresh();
