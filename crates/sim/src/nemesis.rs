@@ -48,9 +48,9 @@ pub async fn nemesis(world: Rc<World>, plan: Plan) {
             continue;
         }
         if plan.replace && !replaced && ctx.range(0, 20) == 0 && world.stopped().is_empty() {
-            let running = world.running();
-            let victim = running[ctx.pick(running.len())];
-            world.replace_osd(victim);
+            if let Some(victim) = pick_running(&world) {
+                world.replace_osd(victim);
+            }
             replaced = true;
             continue;
         }
@@ -79,11 +79,12 @@ pub async fn nemesis(world: Rc<World>, plan: Plan) {
 
 fn crash_one(world: &Rc<World>, plan: &Plan) {
     let ctx = &world.ctx;
-    let running = world.running();
-    if running.is_empty() || world.stopped().len() >= plan.max_down {
+    if world.stopped().len() >= plan.max_down {
         return;
     }
-    let id = running[ctx.pick(running.len())];
+    let Some(id) = pick_running(world) else {
+        return;
+    };
     world.crash_osd(id);
     let back = Duration::from_millis(ctx.range(plan.down_ms.0, plan.down_ms.1));
     let (w, until) = (world.clone(), plan.until);
@@ -136,13 +137,17 @@ fn partition(world: &Rc<World>) {
     });
 }
 
+/// A running OSD chosen by the seed.
+fn pick_running(world: &World) -> Option<OsdId> {
+    let running = world.running();
+    (!running.is_empty()).then(|| running[world.ctx.pick(running.len())])
+}
+
 fn lapse_lease(world: &Rc<World>) {
     let ctx = &world.ctx;
-    let running = world.running();
-    if running.is_empty() {
+    let Some(id) = pick_running(world) else {
         return;
-    }
-    let id = running[ctx.pick(running.len())];
+    };
     let dur = Duration::from_millis(ctx.range(1_000, 10_000));
     ctx.note(Fault::LeaseExpiry);
     ctx.log(format!("ETCD CUT {id} for {dur:?}"));
@@ -151,11 +156,9 @@ fn lapse_lease(world: &Rc<World>) {
 
 fn slow_disk(world: &Rc<World>) {
     let ctx = &world.ctx;
-    let running = world.running();
-    if running.is_empty() {
+    let Some(id) = pick_running(world) else {
         return;
-    }
-    let id = running[ctx.pick(running.len())];
+    };
     let extra = Duration::from_micros(ctx.range(1_000, 300_000));
     let dur = Duration::from_millis(ctx.range(500, 10_000));
     ctx.note(Fault::SlowDisk);
@@ -173,11 +176,9 @@ fn slow_disk(world: &Rc<World>) {
 /// was found.
 fn corrupt_block(world: &Rc<World>) -> bool {
     let ctx = &world.ctx;
-    let running = world.running();
-    if running.is_empty() {
+    let Some(id) = pick_running(world) else {
         return false;
-    }
-    let id = running[ctx.pick(running.len())];
+    };
     let mem = {
         let osds = world.osds.borrow();
         let Some(s) = osds.get(&id) else { return false };

@@ -104,10 +104,11 @@ impl Net {
         self: &Rc<Self>,
         from: Node,
         to: OsdId,
-        msg: Message,
-        data: Option<AlignedBuf>,
+        msg: &Message,
+        data: Option<&[u8]>,
         timeout: Duration,
     ) -> Result<(Message, Option<AlignedBuf>), NetError> {
+        let (msg, data) = (msg.clone(), data.map(AlignedBuf::copy_from));
         let start = self.ctx.exec.elapsed();
         let remaining = |me: &Self| timeout.saturating_sub(me.ctx.exec.elapsed() - start);
         let lost = |me: &Self, a: Node, b: Node| {
@@ -192,13 +193,7 @@ impl Peers for SimPeers {
         data: Option<&[u8]>,
     ) -> Result<(Message, Option<AlignedBuf>), PeerError> {
         self.net
-            .request(
-                Node::Osd(self.me),
-                osd,
-                msg.clone(),
-                data.map(AlignedBuf::copy_from),
-                PEER_TIMEOUT,
-            )
+            .request(Node::Osd(self.me), osd, msg, data, PEER_TIMEOUT)
             .await
             .map_err(|e| PeerError {
                 osd,
@@ -226,13 +221,7 @@ impl CustomWire for ClientWire {
                 return Err(NetError::Closed);
             };
             self.net
-                .request(
-                    Node::Client(self.me),
-                    osd,
-                    msg.clone(),
-                    data.map(AlignedBuf::copy_from),
-                    timeout,
-                )
+                .request(Node::Client(self.me), osd, msg, data, timeout)
                 .await
         })
     }

@@ -132,7 +132,11 @@ fn regression_seeds() {
         let mut opts = RunOptions::new(seed);
         opts.profile = Profile::Churn;
         let out = run_seed(&opts);
-        assert!(out.failure.is_none(), "churn seed {seed}: {:?}", out.failure);
+        assert!(
+            out.failure.is_none(),
+            "churn seed {seed}: {:?}",
+            out.failure
+        );
     }
 }
 
