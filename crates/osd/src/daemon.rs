@@ -433,6 +433,7 @@ fn pg_state(s: &str) -> Option<PgState> {
     Some(match s {
         "peering" => PgState::Peering,
         "incomplete" => PgState::Incomplete,
+        s if s.starts_with("inactive") => PgState::Inactive,
         "active+clean" => PgState::ActiveClean,
         s if s.contains("recovering") => PgState::Recovering,
         s if s.contains("degraded") => PgState::Degraded,

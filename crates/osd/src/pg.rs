@@ -101,6 +101,9 @@ impl Pg {
             Phase::Incomplete(_) => "incomplete".into(),
             Phase::Replica => "replica".into(),
             Phase::Stray => "stray".into(),
+            Phase::Active if (self.entry.acting.len() as u32) < self.params.min_size => {
+                "inactive+undersized+degraded".into()
+            }
             Phase::Active => {
                 let mut s = String::from("active");
                 if (self.entry.acting.len() as u32) < self.params.size {
@@ -126,5 +129,43 @@ pub fn phase_for(entry: &PgEntry, me: OsdId) -> Phase {
         Some(0) => Phase::Peering,
         Some(_) => Phase::Replica,
         None => Phase::Stray,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pontoon_types::PoolId;
+
+    fn active(members: u32) -> Pg {
+        let entry = PgEntry {
+            interval: Epoch(5),
+            acting: (0..members).map(OsdId).collect(),
+            past: Vec::new(),
+        };
+        let params = PoolParams {
+            size: 3,
+            min_size: 2,
+            pgs: 8,
+        };
+        let mut pg = Pg::new(
+            PgId {
+                pool: PoolId(1),
+                index: 0,
+            },
+            entry,
+            params,
+            OsdId(0),
+            1,
+        );
+        pg.phase = Phase::Active;
+        pg
+    }
+
+    #[test]
+    fn state_names_say_whether_io_is_served() {
+        assert_eq!(active(3).state_name(), "active+clean");
+        assert_eq!(active(2).state_name(), "active+undersized+degraded");
+        assert_eq!(active(1).state_name(), "inactive+undersized+degraded");
     }
 }
