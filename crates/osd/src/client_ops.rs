@@ -378,9 +378,14 @@ impl<D: BlockDevice + 'static, P: Peers> Shard<D, P> {
         }
         if !ok.is_empty() {
             // Some members have the new version and some do not: remember,
-            // so the next operation on the object brings them level first.
-            let mut pgs = self.pgs.borrow_mut();
-            if let Some(p) = pgs.get_mut(&t.pg).filter(|p| p.generation == c.generation) {
+            // so the next operation on the object brings them level first,
+            // Background recovery too: the object may not be touched again.
+            if let Some(p) = self
+                .pgs
+                .borrow_mut()
+                .get_mut(&t.pg)
+                .filter(|p| p.generation == c.generation)
+            {
                 p.missing.insert(
                     t.oid,
                     Missing {
@@ -390,6 +395,7 @@ impl<D: BlockDevice + 'static, P: Peers> Shard<D, P> {
                     },
                 );
             }
+            self.start_recovery(t.pg, c.generation);
         }
         let status = if failed.iter().all(|f| f.1 == Status::NoSpace) {
             Status::NoSpace

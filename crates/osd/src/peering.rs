@@ -54,8 +54,7 @@ impl<D: BlockDevice + 'static, P: Peers> Shard<D, P> {
             }
             match self.try_peer(pg, generation).await {
                 Ok(()) => {
-                    let shard = self.clone();
-                    pontoon_rt::spawn(async move { shard.recovery_loop(pg, generation).await });
+                    self.start_recovery(pg, generation);
                     return;
                 }
                 Err(PeerFail::Incomplete(why)) => {
@@ -207,17 +206,34 @@ impl<D: BlockDevice + 'static, P: Peers> Shard<D, P> {
         }
     }
 
+    /// Starts background recovery of `pg` unless it runs already.
+    pub(crate) fn start_recovery(self: &Rc<Self>, pg: PgId, generation: u64) {
+        {
+            let mut pgs = self.pgs.borrow_mut();
+            let Some(p) = pgs.get_mut(&pg).filter(|p| p.generation == generation) else {
+                return;
+            };
+            if p.recovering {
+                return;
+            }
+            p.recovering = true;
+        }
+        let shard = self.clone();
+        pontoon_rt::spawn(async move { shard.recovery_loop(pg, generation).await });
+    }
+
     /// Recovers the PG's missing objects in the background, a few at a time
     /// per shard, until none are left or the interval ends.
     async fn recovery_loop(self: Rc<Self>, pg: PgId, generation: u64) {
         let mut cursor: Option<ObjectId> = None;
         loop {
             let next = {
-                let pgs = self.pgs.borrow();
-                let Some(p) = pgs.get(&pg).filter(|p| p.generation == generation) else {
+                let mut pgs = self.pgs.borrow_mut();
+                let Some(p) = pgs.get_mut(&pg).filter(|p| p.generation == generation) else {
                     return;
                 };
                 if p.missing.is_empty() {
+                    p.recovering = false;
                     return;
                 }
                 let from = cursor.map_or(std::ops::Bound::Unbounded, std::ops::Bound::Excluded);
@@ -234,10 +250,13 @@ impl<D: BlockDevice + 'static, P: Peers> Shard<D, P> {
                 continue;
             };
             cursor = Some(oid);
+            tracing::debug!(%pg, %oid, "recovery: waiting for a slot");
             let _slot = self.recovery.acquire(0).await;
+            tracing::debug!(%pg, %oid, "recovery: waiting for the object lock");
             let _guard = self.locks.lock(oid).await;
-            if let Err(why) = self.recover_object(pg, generation, oid).await {
-                tracing::warn!(%pg, %oid, "recovery failed: {why}");
+            match self.recover_object(pg, generation, oid).await {
+                Ok(()) => tracing::debug!(%pg, %oid, "recovered"),
+                Err(why) => tracing::warn!(%pg, %oid, "recovery failed: {why}"),
             }
         }
     }

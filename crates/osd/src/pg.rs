@@ -56,6 +56,8 @@ pub struct Pg {
     pub missing: BTreeMap<ObjectId, Missing>,
     /// Objects recovered in this interval.
     pub recovered: u64,
+    /// A background recovery task runs for this interval.
+    pub recovering: bool,
     /// Bumped whenever the interval changes, so tasks of an older one stop.
     pub generation: u64,
 }
@@ -74,6 +76,7 @@ impl Pg {
             seq: 0,
             missing: BTreeMap::new(),
             recovered: 0,
+            recovering: false,
             generation,
         }
     }

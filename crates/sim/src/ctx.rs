@@ -37,6 +37,8 @@ pub enum Fault {
     Replace,
     /// A map change reaching a process late.
     MapDelay,
+    /// A client process killed with operations in flight, then started again.
+    ClientCrash,
 }
 
 impl fmt::Display for Fault {
@@ -173,12 +175,16 @@ thread_local! {
     static LOGGING_TO: RefCell<std::rc::Weak<Ctx>> = const { RefCell::new(std::rc::Weak::new()) };
 }
 
-/// Sends the real code's `tracing` events (info and above) into `ctx`'s
-/// trace, stamped with virtual time, until the guard is dropped.
+/// Sends the real code's `tracing` events (info and above, or debug with
+/// `PONTOON_SIM_LOG=debug`) into `ctx`'s trace, stamped with virtual time,
+/// until the guard is dropped.
 pub fn capture_logs(ctx: &Rc<Ctx>) -> tracing::subscriber::DefaultGuard {
     LOGGING_TO.with(|l| *l.borrow_mut() = Rc::downgrade(ctx));
     let subscriber = tracing_subscriber::fmt()
-        .with_max_level(tracing::Level::INFO)
+        .with_max_level(match std::env::var("PONTOON_SIM_LOG").as_deref() {
+            Ok("debug") => tracing::Level::DEBUG,
+            _ => tracing::Level::INFO,
+        })
         .without_time()
         .with_target(false)
         .with_ansi(false)

@@ -31,6 +31,8 @@ pub struct Plan {
     pub max_down: usize,
     /// How long a crashed OSD stays down (milliseconds, range).
     pub down_ms: (u64, u64),
+    /// Crash and restart client processes too.
+    pub client_crashes: bool,
 }
 
 /// Runs the injector until `plan.until`.

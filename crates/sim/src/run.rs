@@ -13,7 +13,7 @@ use rand::{Rng, SeedableRng};
 
 use crate::checker;
 use crate::ctx::{Ctx, Fault, FaultRates};
-use crate::executor::{Stall, WORLD};
+use crate::executor::{ProcId, Stall, WORLD};
 use crate::nemesis::{Plan, heal, nemesis};
 use crate::net::ClientWire;
 use crate::workload::{BLOCK, History, Outcome as OpOutcome, Shape, offset_of, read_one, worker};
@@ -43,6 +43,9 @@ pub struct RunOptions {
     pub broken: bool,
     /// Print events as they happen.
     pub echo: bool,
+    /// Allow client crashes (seeds found before that fault existed replay
+    /// their original schedule with it off).
+    pub client_crashes: bool,
 }
 
 impl RunOptions {
@@ -54,6 +57,7 @@ impl RunOptions {
             fault_time: Duration::from_secs(30),
             broken: false,
             echo: false,
+            client_crashes: true,
         }
     }
 }
@@ -117,6 +121,7 @@ fn draw(seed: u64, fault_time: Duration, profile: Profile) -> (FaultRates, Plan)
         replace: (3..6).contains(&special),
         max_down: r.random_range(1..3),
         down_ms: if churn { (50, 1_500) } else { (200, 15_000) },
+        client_crashes: r.random_range(0..2) == 1,
     };
     (rates, plan)
 }
@@ -124,7 +129,8 @@ fn draw(seed: u64, fault_time: Duration, profile: Profile) -> (FaultRates, Plan)
 /// Runs one seed to its verdict.
 pub fn run_seed(opts: &RunOptions) -> Outcome {
     let wall = Instant::now();
-    let (rates, plan) = draw(opts.seed, opts.fault_time, opts.profile);
+    let (rates, mut plan) = draw(opts.seed, opts.fault_time, opts.profile);
+    plan.client_crashes &= opts.client_crashes;
     let ctx = Ctx::new(opts.seed, rates, opts.echo);
     let _rt = pontoon_rt::install(ctx.exec.runtime());
     let _logs = crate::ctx::capture_logs(&ctx);
@@ -169,16 +175,18 @@ fn drive(world: &Rc<World>, plan: &Plan, fault_time: Duration) -> Option<String>
         object_size: cfg.object_size,
         max_think: Duration::from_millis(40),
     };
+    let mut procs = Vec::new();
     for c in 0..CLIENTS {
-        let vol = match open_volume(world, c) {
-            Ok(v) => v,
+        match start_client(world, &hist, c, shape, fault_time) {
+            Ok(p) => procs.push(p),
             Err(e) => return Some(e),
-        };
-        for _ in 0..WORKERS_PER_CLIENT {
-            let (ctx2, h, v) = (ctx.clone(), hist.clone(), vol.0.clone());
-            ctx.exec
-                .spawn_on(vol.1, worker(ctx2, h, v, c, shape, fault_time));
         }
+    }
+    if plan.client_crashes {
+        let (w, h) = (world.clone(), hist.clone());
+        ctx.exec.spawn_on(WORLD, async move {
+            crash_clients(w, h, procs, shape, fault_time).await;
+        });
     }
     ctx.exec
         .spawn_on(WORLD, nemesis(world.clone(), plan.clone()));
@@ -215,10 +223,59 @@ fn drive(world: &Rc<World>, plan: &Plan, fault_time: Duration) -> Option<String>
     }
 }
 
-fn open_volume(
+/// Starts client process `c` with its workers; returns the process.
+fn start_client(
     world: &Rc<World>,
+    hist: &Rc<History>,
     c: u32,
-) -> Result<(pontoon_client::Volume, crate::executor::ProcId), String> {
+    shape: Shape,
+    until: Duration,
+) -> Result<ProcId, String> {
+    let (vol, proc) = open_volume(world, c)?;
+    for _ in 0..WORKERS_PER_CLIENT {
+        let (ctx, h, v) = (world.ctx.clone(), hist.clone(), vol.clone());
+        world
+            .ctx
+            .exec
+            .spawn_on(proc, worker(ctx, h, v, c, shape, until));
+    }
+    Ok(proc)
+}
+
+/// Now and then kills a client process with its operations in flight and
+/// starts it again a moment later.
+async fn crash_clients(
+    world: Rc<World>,
+    hist: Rc<History>,
+    mut procs: Vec<ProcId>,
+    shape: Shape,
+    until: Duration,
+) {
+    let ctx = world.ctx.clone();
+    loop {
+        pontoon_rt::sleep(Duration::from_millis(ctx.range(2_000, 10_000))).await;
+        if ctx.exec.elapsed() >= until {
+            return;
+        }
+        let c = ctx.pick(procs.len());
+        ctx.exec.kill(procs[c]);
+        world.remove_client(procs[c]);
+        hist.abandon(&ctx, c as u32);
+        ctx.note(Fault::ClientCrash);
+        ctx.log(format!("CRASH client.{c}"));
+        pontoon_rt::sleep(Duration::from_millis(ctx.range(100, 2_000))).await;
+        match start_client(&world, &hist, c as u32, shape, until) {
+            Ok(p) => procs[c] = p,
+            Err(e) => {
+                ctx.log(format!("client.{c} could not start again: {e}"));
+                return;
+            }
+        }
+        ctx.log(format!("RESTART client.{c}"));
+    }
+}
+
+fn open_volume(world: &Rc<World>, c: u32) -> Result<(pontoon_client::Volume, ProcId), String> {
     let proc = world.new_proc();
     let feed = world.add_client(proc);
     let wire = ClientWire {

@@ -104,6 +104,22 @@ impl History {
         op.outcome = outcome;
     }
 
+    /// Ends every pending operation of `client`, whose process died: a
+    /// write's effect is then unknown, a read returned nothing.
+    pub fn abandon(&self, ctx: &Ctx, client: u32) {
+        let pending: Vec<usize> = self
+            .ops
+            .borrow()
+            .iter()
+            .enumerate()
+            .filter(|(_, o)| o.client == client && o.outcome == Outcome::Pending)
+            .map(|(i, _)| i)
+            .collect();
+        for i in pending {
+            self.complete(ctx, i, Outcome::Failed("the client process crashed".into()));
+        }
+    }
+
     /// Operations not yet returned.
     pub fn pending(&self) -> usize {
         self.ops

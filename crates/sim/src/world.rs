@@ -245,6 +245,11 @@ impl World {
         feed
     }
 
+    /// Stops feeding maps to a client process that died.
+    pub fn remove_client(&self, proc: ProcId) {
+        self.feeds.borrow_mut().retain(|(p, _)| *p != proc);
+    }
+
     /// OSDs running now.
     pub fn running(&self) -> Vec<OsdId> {
         self.osds

@@ -34,6 +34,9 @@ struct Args {
     /// Family of fault schedules.
     #[arg(long, value_enum, default_value = "mixed")]
     profile: Profile,
+    /// Never crash clients (replays seeds found before that fault existed).
+    #[arg(long)]
+    no_client_crashes: bool,
     /// Stop at the first failing seed.
     #[arg(long)]
     fail_fast: bool,
@@ -53,6 +56,7 @@ fn main() -> ExitCode {
         opts.fault_time = Duration::from_secs(args.fault_secs);
         opts.broken = args.broken;
         opts.profile = args.profile;
+        opts.client_crashes = !args.no_client_crashes;
         opts.echo = args.trace;
         let out = run_seed(&opts);
         ops += out.ops;
