@@ -161,7 +161,7 @@ impl<D: BlockDevice + 'static, P: Peers> Shard<D, P> {
             .get_mut(&pg)
             .filter(|p| p.generation == generation)
             .ok_or_else(|| PeerFail::Retry("interval changed".into()))?;
-        tracing::info!(%pg, interval = %e, missing = missing.len(), "peered");
+        tracing::info!(osd = %self.me, %pg, interval = %e, missing = missing.len(), "peered");
         p.missing = missing;
         p.seq = p.seq.max(seq);
         p.phase = Phase::Active;
@@ -279,6 +279,7 @@ impl<D: BlockDevice + 'static, P: Peers> Shard<D, P> {
                 Some(m) => (m.clone(), p.entry.interval),
             }
         };
+        tracing::debug!(%pg, %oid, version = %m.version, holders = ?m.holders, stale = ?m.stale, me = %self.me, "recovering");
         let target = Target { pg, epoch: e, oid };
         let image = if m.stale.contains(&self.me) {
             let img = self.pull_from(&m.holders, target, m.version).await?;

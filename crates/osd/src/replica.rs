@@ -24,6 +24,12 @@ impl<D: BlockDevice + 'static, P: Peers> Shard<D, P> {
         data: Option<AlignedBuf>,
     ) -> (Message, Option<AlignedBuf>) {
         let t = op.target;
+        // One operation per object at a time, and never an older one over a
+        // newer: a request that sat in a stalled handler (or was sent again
+        // after its sender gave up on it) may arrive after its successors.
+        // The interval is checked after the wait, with nothing in between
+        // that yields: the wait may outlast the interval.
+        let _guard = self.locks.lock(t.oid).await;
         let known = match self.pgs.borrow().get(&t.pg) {
             Some(pg) => pg.known_interval(),
             None => Epoch(0),
@@ -42,16 +48,13 @@ impl<D: BlockDevice + 'static, P: Peers> Shard<D, P> {
                 format!("pg {} interval {} not seen yet", t.pg, t.epoch),
             );
         }
-        // One operation per object at a time, and never an older one over a
-        // newer: a request that sat in a stalled handler (or was sent again
-        // after its sender gave up on it) may arrive after its successors.
-        let _guard = self.locks.lock(t.oid).await;
         let have = self.store.version(t.oid).unwrap_or(Version::ZERO);
         let superseded = match op.kind {
             SubOpKind::Replace => have > op.version,
             _ => have >= op.version,
         };
         if superseded {
+            tracing::debug!(oid = %t.oid, %have, op = %op.version, "sub-operation superseded");
             return (Message::Reply(Reply::ok(have)), None);
         }
         // Accepted for this interval: in flight until the store has it (a

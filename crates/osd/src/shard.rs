@@ -128,6 +128,7 @@ impl<D: BlockDevice + 'static, P: Peers> Shard<D, P> {
         if map.epoch < self.map.borrow().epoch {
             return;
         }
+        tracing::debug!(osd = %self.me, epoch = %map.epoch, "applying map");
         *self.map.borrow_mut() = map.clone();
         let mut to_peer = Vec::new();
         {
