@@ -219,7 +219,7 @@ impl BlockDevice for FileDevice {
         let op = FsyncOp {
             fd: self.fd.clone(),
         };
-        submit_now(op).await.0.map(|_| ())
+        crate::submit::submit(op).await.0.map(|_| ())
     }
 
     async fn read_scattered(&self, buf: AlignedBuf, reads: &[(Range<usize>, u64)]) -> IoResult {
@@ -273,7 +273,7 @@ impl BlockDevice for FileDevice {
             pos,
             durable,
         };
-        let compio::BufResult(res, op) = submit_now(op).await;
+        let compio::BufResult(res, op) = crate::submit::submit(op).await;
         let mut bufs = op.bufs;
         let done = match res {
             Ok(n) => n,
@@ -328,7 +328,7 @@ impl SharedReadOp {
             if self.range.is_empty() {
                 return Ok(());
             }
-            let compio::BufResult(res, op) = submit_now(self).await;
+            let compio::BufResult(res, op) = crate::submit::submit(self).await;
             self = op;
             match res {
                 Ok(0) => {
@@ -395,23 +395,6 @@ unsafe impl OpCode for WritevOp {
     }
 }
 
-/// Submits an operation and pushes it to the kernel at once rather than at
-/// the end of the event-loop turn, as fio's io_uring engine does (one
-/// `io_uring_enter` per I/O; completions are still reaped in batches).
-async fn submit_now<T: OpCode + 'static>(op: T) -> compio::BufResult<usize, T> {
-    let mut fut = std::pin::pin!(compio::runtime::submit(op));
-    let mut flushed = false;
-    std::future::poll_fn(move |cx| {
-        let r = fut.as_mut().poll(cx);
-        if r.is_pending() && !flushed {
-            flushed = true;
-            compio::runtime::Runtime::with_current(|rt| rt.flush());
-        }
-        r
-    })
-    .await
-}
-
 #[derive(Clone, Copy, PartialEq)]
 enum Dir {
     Read,
@@ -446,7 +429,7 @@ impl RwOp {
             if self.range.start == self.range.end {
                 return (Ok(()), self.buf);
             }
-            let compio::BufResult(res, op) = submit_now(self).await;
+            let compio::BufResult(res, op) = crate::submit::submit(self).await;
             self = op;
             match res {
                 Ok(0) => {

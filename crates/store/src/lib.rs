@@ -31,6 +31,7 @@ mod signal;
 mod state;
 mod stats;
 mod store;
+mod submit;
 #[doc(hidden)]
 pub mod testkit;
 
