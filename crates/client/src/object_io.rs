@@ -44,8 +44,6 @@ pub trait CustomWire {
         data: Option<&'a [u8]>,
         timeout: Duration,
     ) -> LocalBoxFuture<'a, Result<(Message, Option<AlignedBuf>), NetError>>;
-    /// Forgets the connection to `addr` (it broke).
-    fn close(&self, addr: SocketAddr);
 }
 
 /// How a transport reaches OSD shards.
@@ -67,13 +65,6 @@ impl Wire {
         match self {
             Wire::Tcp(pool) => pool.call(addr, msg, data, timeout).await,
             Wire::Custom(w) => w.call(addr, msg, data, timeout).await,
-        }
-    }
-
-    fn close(&self, addr: SocketAddr) {
-        match self {
-            Wire::Tcp(pool) => pool.close(addr),
-            Wire::Custom(w) => w.close(addr),
         }
     }
 }
@@ -125,12 +116,10 @@ impl Transport {
                                 m.msg_type()
                             )));
                         }
-                        Err(e) => {
-                            last = format!("{addr}: {e}");
-                            if !matches!(e, NetError::Timeout) {
-                                self.wire.close(addr);
-                            }
-                        }
+                        // The pool has dropped a connection that failed; a
+                        // timed-out one stays, so the retry follows the
+                        // first attempt on it, in order.
+                        Err(e) => last = format!("{addr}: {e}"),
                     }
                 }
                 Err(why) => {

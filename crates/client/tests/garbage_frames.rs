@@ -50,6 +50,7 @@ fn hello(req_id: u64) -> Vec<u8> {
         &Message::Hello(Hello {
             version: PROTOCOL_VERSION,
             role: Role::Client,
+            session: None,
         }),
     )
 }

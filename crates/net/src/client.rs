@@ -10,7 +10,9 @@ use compio::net::TcpStream;
 use compio::runtime::JoinHandle;
 use futures::channel::oneshot;
 use pontoon_buf::AlignedBuf;
-use pontoon_proto::{Hello, MAX_DATA, Message, PROTOCOL_VERSION, ProtoError, Role, Status};
+use pontoon_proto::{
+    Hello, MAX_DATA, Message, PROTOCOL_VERSION, ProtoError, Role, Session, Status,
+};
 use rustc_hash::FxHashMap;
 use tracing::{debug, trace};
 
@@ -136,7 +138,20 @@ impl RpcConn {
         timeout: Duration,
         limits: Limits,
     ) -> Result<Rc<RpcConn>, NetError> {
-        let (stream, reader) = within(Some(timeout), handshake(addr, role))
+        Self::connect_in_session(addr, role, None, timeout, limits).await
+    }
+
+    /// [`RpcConn::connect_with`] as connection `session.seq` of a session
+    /// (see [`Session`]): the server stops taking requests from the
+    /// session's earlier connections.
+    pub(crate) async fn connect_in_session(
+        addr: SocketAddr,
+        role: Role,
+        session: Option<Session>,
+        timeout: Duration,
+        limits: Limits,
+    ) -> Result<Rc<RpcConn>, NetError> {
+        let (stream, reader) = within(Some(timeout), handshake(addr, role, session))
             .await
             .ok_or(NetError::Timeout)??;
         let queue = Rc::new(OutQueue::default());
@@ -284,12 +299,17 @@ impl Drop for RpcConn {
 }
 
 /// Connects, sends the hello and checks its answer.
-async fn handshake(addr: SocketAddr, role: Role) -> Result<(TcpStream, FrameReader), NetError> {
+async fn handshake(
+    addr: SocketAddr,
+    role: Role,
+    session: Option<Session>,
+) -> Result<(TcpStream, FrameReader), NetError> {
     let mut stream = TcpStream::connect(addr).await?;
     stream.set_nodelay(true)?;
     let hello = Message::Hello(Hello {
         version: PROTOCOL_VERSION,
         role,
+        session,
     });
     write_frame(&mut stream, encode_frame(0, &hello, None)?).await?;
     let mut reader = FrameReader::new(stream.clone());

@@ -99,6 +99,7 @@ mod client;
 pub mod listener;
 mod pool;
 mod server;
+mod session;
 pub mod stream;
 mod wire;
 

@@ -8,7 +8,7 @@ use std::time::Duration;
 use futures::FutureExt;
 use futures::future::{LocalBoxFuture, Shared};
 use pontoon_buf::AlignedBuf;
-use pontoon_proto::{Message, Role};
+use pontoon_proto::{Message, Role, Session};
 use rustc_hash::FxHashMap;
 
 use crate::client::{Answer, CallError, RpcConn};
@@ -33,12 +33,18 @@ type Map = RefCell<FxHashMap<SocketAddr, Entry>>;
 /// One connection per address, shared by all callers of the thread that
 /// owns the pool. A closed or broken connection is dropped from the pool
 /// and a new one made on the next use.
+///
+/// The pool's connections form one [`Session`]: each new connection says
+/// hello with a higher `seq`, so a server stops taking requests from the
+/// connection it replaces (a request stuck unread on it cannot land after
+/// its own retry).
 pub struct ConnPool {
     role: Role,
     connect_timeout: Duration,
     limits: Limits,
     conns: Rc<Map>,
     next_gen: Cell<u64>,
+    session: u64,
 }
 
 impl std::fmt::Debug for ConnPool {
@@ -65,6 +71,7 @@ impl ConnPool {
             limits,
             conns: Rc::default(),
             next_gen: Cell::new(0),
+            session: rand::random(),
         })
     }
 
@@ -85,6 +92,10 @@ impl ConnPool {
                         generation,
                         addr,
                         self.role,
+                        Session {
+                            id: self.session,
+                            seq: generation,
+                        },
                         self.connect_timeout,
                         self.limits.clone(),
                     );
@@ -136,9 +147,30 @@ impl ConnPool {
             let conn = self.get(addr).await?;
             match conn.try_call(msg, data(), timeout).await {
                 Err(CallError::NotSent(NetError::Closed)) if !retried => retried = true,
-                r => return r.map_err(CallError::into_inner),
+                Err(e) => {
+                    let e = e.into_inner();
+                    // A timeout says nothing about the connection: its
+                    // requests still arrive in order. Any other failure
+                    // ends it, and only it (not a newer one to `addr`).
+                    if !matches!(e, NetError::Timeout) {
+                        self.forget(addr, &conn);
+                    }
+                    return Err(e);
+                }
+                Ok(answer) => return Ok(answer),
             }
         }
+    }
+
+    /// Closes `conn` and drops it from the pool if it is still the
+    /// connection to `addr`.
+    fn forget(&self, addr: SocketAddr, conn: &Rc<RpcConn>) {
+        let mut map = self.conns.borrow_mut();
+        if matches!(map.get(&addr), Some(Entry::Ready(c)) if Rc::ptr_eq(c, conn)) {
+            map.remove(&addr);
+        }
+        drop(map);
+        conn.close();
     }
 
     /// Closes and forgets the connection to `addr`, if any.
@@ -177,11 +209,12 @@ fn connect(
     generation: u64,
     addr: SocketAddr,
     role: Role,
+    session: Session,
     timeout: Duration,
     limits: Limits,
 ) -> Connecting {
     async move {
-        let r = RpcConn::connect_with(addr, role, timeout, limits).await;
+        let r = RpcConn::connect_in_session(addr, role, Some(session), timeout, limits).await;
         if let Some(conns) = conns.upgrade() {
             let mut map = conns.borrow_mut();
             if matches!(map.get(&addr), Some(Entry::Connecting(g, _)) if *g == generation) {

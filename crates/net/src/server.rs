@@ -24,11 +24,12 @@ use compio::net::{TcpListener, TcpStream};
 use compio::runtime::JoinHandle;
 use futures::FutureExt;
 use pontoon_buf::AlignedBuf;
-use pontoon_proto::{Message, MsgType, PROTOCOL_VERSION, ProtoError, Reply, Role, Status};
+use pontoon_proto::{Message, MsgType, PROTOCOL_VERSION, ProtoError, Reply, Role, Session, Status};
 use pontoon_types::{Epoch, Version};
 use tracing::{debug, error, warn};
 
 use crate::budget::{Budget, Permit};
+use crate::session::{Member, Sessions};
 use crate::wire::{
     FrameReader, Hold, OutData, OutQueue, Outgoing, ReadError, encode_frame, shutdown, within,
     write_frame, write_frames,
@@ -66,15 +67,17 @@ pub trait Handler: 'static {
 /// shut down; handler tasks still running finish, their replies are dropped).
 pub async fn serve<H: Handler>(listener: TcpListener, handler: Rc<H>, limits: Limits) {
     let mut conns: Vec<JoinHandle<()>> = Vec::new();
+    let sessions = Rc::new(Sessions::default());
     loop {
         match listener.accept().await {
             Ok((stream, peer)) => {
                 conns.retain(|h| !h.is_finished());
                 debug!(%peer, "accepted");
-                conns.push(compio::runtime::spawn(serve_conn(
+                conns.push(compio::runtime::spawn(serve_session_conn(
                     stream,
                     handler.clone(),
                     limits.clone(),
+                    sessions.clone(),
                 )));
             }
             Err(e) => {
@@ -115,6 +118,9 @@ enum End {
     Io(io::Error),
     /// A frame that cannot be understood; answered, then the connection closes.
     Malformed { req_id: u64, detail: String },
+    /// A newer connection of the client's session said hello: requests
+    /// still arriving here are not dispatched (see [`crate::session`]).
+    Superseded,
 }
 
 impl From<ReadError> for End {
@@ -160,7 +166,21 @@ fn malformed(req_id: u64, detail: &str) -> Option<Outgoing> {
 /// `Reply::error(Status::Malformed, Epoch(0), detail)` carrying its request
 /// id, if its header arrived; then the connection stops reading, answers
 /// the requests in flight and closes. Never panics on input.
+///
+/// A connection served on its own like this has no other connection of its
+/// session to be superseded by; [`serve`] tracks sessions across the
+/// connections it accepts.
 pub async fn serve_conn<H: Handler>(stream: TcpStream, handler: Rc<H>, limits: Limits) {
+    serve_session_conn(stream, handler, limits, Rc::default()).await
+}
+
+/// [`serve_conn`] among the other connections of `sessions`.
+async fn serve_session_conn<H: Handler>(
+    stream: TcpStream,
+    handler: Rc<H>,
+    limits: Limits,
+    sessions: Rc<Sessions>,
+) {
     let addr: Option<SocketAddr> = stream.peer_addr().ok();
     if let Err(e) = stream.set_nodelay(true) {
         debug!(?addr, "cannot set TCP_NODELAY: {e}");
@@ -176,7 +196,7 @@ pub async fn serve_conn<H: Handler>(stream: TcpStream, handler: Rc<H>, limits: L
         Some(limits.hello_timeout),
         hello(&mut reader, stream.clone()),
     );
-    let peer = match hello.await {
+    let (peer, session) = match hello.await {
         None => return debug!(?addr, "no hello in time; closing"),
         Some(Err(why)) => {
             debug!(?addr, "hello failed: {why}; closing");
@@ -185,9 +205,10 @@ pub async fn serve_conn<H: Handler>(stream: TcpStream, handler: Rc<H>, limits: L
             }
             return;
         }
-        Some(Ok(role)) => role,
+        Some(Ok(said)) => said,
     };
-    debug!(?addr, ?peer, "hello");
+    debug!(?addr, ?peer, ?session, "hello");
+    let member = session.map(|s| sessions.join(s));
 
     reader.set_idle_timeout(limits.idle_timeout);
     let writer = compio::runtime::spawn(write_frames(
@@ -201,7 +222,7 @@ pub async fn serve_conn<H: Handler>(stream: TcpStream, handler: Rc<H>, limits: L
         peer,
         queue: queue.clone(),
     });
-    let end = read_requests(&conn, &mut reader, &budget).await;
+    let end = read_requests(&conn, &mut reader, &budget, member.as_ref()).await;
     drop(conn);
     let answered = match end {
         End::Eof => {
@@ -215,6 +236,15 @@ pub async fn serve_conn<H: Handler>(stream: TcpStream, handler: Rc<H>, limits: L
         End::Malformed { req_id, detail } => {
             warn!(?addr, req_id, "malformed frame: {detail}; closing");
             malformed(req_id, &detail).is_some_and(|f| queue.push(f))
+        }
+        End::Superseded => {
+            let session = member.as_ref().map(Member::session);
+            debug!(
+                ?addr,
+                ?session,
+                "a newer connection of the session said hello; closing"
+            );
+            false
         }
     };
     // Every request in flight finishes and its reply is written (or
@@ -254,8 +284,12 @@ impl std::fmt::Display for HelloFailed {
     }
 }
 
-/// Reads the peer's `Hello` and answers it.
-async fn hello(reader: &mut FrameReader, mut out: TcpStream) -> Result<Role, HelloFailed> {
+/// Reads the peer's `Hello` and answers it; returns who the peer is and
+/// its session, if it named one.
+async fn hello(
+    reader: &mut FrameReader,
+    mut out: TcpStream,
+) -> Result<(Role, Option<Session>), HelloFailed> {
     let failed = |answered, why: String| HelloFailed { answered, why };
     // Refuse anything but a data-less Hello before reading its body.
     let first = reader
@@ -270,7 +304,7 @@ async fn hello(reader: &mut FrameReader, mut out: TcpStream) -> Result<Role, Hel
             }
         })
         .await;
-    let (req_id, reply, role) = match first {
+    let (req_id, reply, said) = match first {
         Ok(None) => return Err(failed(false, "closed before hello".into())),
         Err(ReadError::Io(e)) => return Err(failed(false, e.to_string())),
         Err(e) => {
@@ -283,9 +317,11 @@ async fn hello(reader: &mut FrameReader, mut out: TcpStream) -> Result<Role, Hel
             };
             return Err(failed(sent, detail));
         }
-        Ok(Some((hdr, Message::Hello(h), _, ()))) if h.version == PROTOCOL_VERSION => {
-            (hdr.req_id, Reply::ok(Version::ZERO), Some(h.role))
-        }
+        Ok(Some((hdr, Message::Hello(h), _, ()))) if h.version == PROTOCOL_VERSION => (
+            hdr.req_id,
+            Reply::ok(Version::ZERO),
+            Some((h.role, h.session)),
+        ),
         Ok(Some((hdr, Message::Hello(h), _, ()))) => (
             hdr.req_id,
             Reply::error(
@@ -308,8 +344,8 @@ async fn hello(reader: &mut FrameReader, mut out: TcpStream) -> Result<Role, Hel
         Some(f) => write_frame(&mut out, f).await,
         None => Err(io::Error::other("cannot encode the hello reply")),
     };
-    match (role, sent) {
-        (Some(role), Ok(())) => Ok(role),
+    match (said, sent) {
+        (Some(said), Ok(())) => Ok(said),
         (Some(_), Err(e)) => Err(failed(false, e.to_string())),
         (None, sent) => Err(failed(sent.is_ok(), "hello refused".into())),
     }
@@ -320,6 +356,7 @@ async fn read_requests<H: Handler>(
     conn: &Rc<Conn<H>>,
     reader: &mut FrameReader,
     budget: &Rc<Budget>,
+    member: Option<&Member>,
 ) -> End {
     loop {
         let next = reader
@@ -345,6 +382,12 @@ async fn read_requests<H: Handler>(
                 conn.queue.push(f);
             }
             continue;
+        }
+        // Checked right before dispatch, with no wait in between: a request
+        // is either dispatched ahead of everything a newer connection of
+        // the session brings, or never.
+        if member.is_some_and(Member::is_superseded) {
+            return End::Superseded;
         }
         let frame = Frame {
             req_id: hdr.req_id,

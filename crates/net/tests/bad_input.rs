@@ -161,6 +161,7 @@ async fn the_first_frame_must_be_a_hello() {
     let hello = Message::Hello(Hello {
         version: PROTOCOL_VERSION,
         role: Role::Client,
+        session: None,
     });
     c.send(&msg_bytes(6, &hello, &[1, 2, 3])).await;
     c.expect_malformed(6).await;

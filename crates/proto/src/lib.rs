@@ -15,5 +15,5 @@ mod message;
 pub use frame::{FrameHeader, HEADER_LEN, MAGIC, MAX_DATA, MAX_META, ProtoError};
 pub use message::{
     DiscardReq, Hello, Message, MsgType, PEER_PAGE, PROTOCOL_VERSION, PeerInfo, PeerQuery, ReadReq,
-    Reply, Role, Status, SubOp, SubOpKind, Target, WriteReq,
+    Reply, Role, Session, Status, SubOp, SubOpKind, Target, WriteReq,
 };

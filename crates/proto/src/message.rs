@@ -12,7 +12,7 @@ use pontoon_types::{Epoch, ObjectId, OsdId, PgId, Version};
 use crate::frame::{MAX_META, ProtoError};
 
 /// Protocol revision spoken; a peer with another one is refused at hello.
-pub const PROTOCOL_VERSION: u32 = 1;
+pub const PROTOCOL_VERSION: u32 = 2;
 /// Longest error text carried in a reply.
 const MAX_MESSAGE_TEXT: usize = 1024;
 /// Most extents or ranges one message may list.
@@ -81,6 +81,21 @@ pub struct Hello {
     pub version: u32,
     /// Who the sender is.
     pub role: Role,
+    /// The sender's session and this connection's place in it, if it has one.
+    pub session: Option<Session>,
+}
+
+/// A client's run of connections to one server, in the order it opened
+/// them. A server that sees connection `seq` of a session stops taking
+/// requests from the session's earlier connections: the client gave those
+/// up, and a request still unread on one of them must not be applied after
+/// the client's retry on the new one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Session {
+    /// Chosen at random by the client, once per connection pool.
+    pub id: u64,
+    /// Increases with every connection the client opens.
+    pub seq: u64,
 }
 
 /// The object an operation addresses, and the sender's view of its PG.
@@ -448,6 +463,14 @@ impl Message {
                         w.u32(id.0);
                     }
                 }
+                match h.session {
+                    None => w.u8(0),
+                    Some(s) => {
+                        w.u8(1);
+                        w.u64(s.id);
+                        w.u64(s.seq);
+                    }
+                }
             }
             Message::Read(r) => {
                 w.target(&r.target);
@@ -535,7 +558,21 @@ impl Message {
                     1 => Role::Osd(OsdId(r.u32()?)),
                     _ => return Err(r.err("unknown role")),
                 };
-                Message::Hello(Hello { version, role })
+                // Version 1 hellos end here: decode them, so the version
+                // check can refuse them by name.
+                let session = match if r.d.remaining() == 0 { 0 } else { r.u8()? } {
+                    0 => None,
+                    1 => Some(Session {
+                        id: r.u64()?,
+                        seq: r.u64()?,
+                    }),
+                    _ => return Err(r.err("bad session flag")),
+                };
+                Message::Hello(Hello {
+                    version,
+                    role,
+                    session,
+                })
             }
             MsgType::Read => Message::Read(ReadReq {
                 target: r.target()?,
@@ -648,10 +685,15 @@ mod tests {
             Message::Hello(Hello {
                 version: PROTOCOL_VERSION,
                 role: Role::Osd(OsdId(3)),
+                session: Some(Session {
+                    id: u64::MAX - 5,
+                    seq: 17,
+                }),
             }),
             Message::Hello(Hello {
                 version: 1,
                 role: Role::Client,
+                session: None,
             }),
             Message::Read(ReadReq {
                 target: target(),
@@ -733,10 +775,16 @@ mod tests {
         for m in samples() {
             let meta = m.encode();
             for cut in 0..meta.len() {
-                assert!(
-                    Message::decode(m.msg_type() as u16, &meta[..cut]).is_err(),
-                    "{m:?} cut at {cut}"
-                );
+                let decoded = Message::decode(m.msg_type() as u16, &meta[..cut]);
+                match (&m, decoded) {
+                    // A hello without its session is a version-1 hello:
+                    // decoded, so that the version check can refuse it.
+                    (Message::Hello(h), Ok(Message::Hello(short))) => {
+                        assert_eq!(short.session, None);
+                        assert_eq!((short.version, short.role), (h.version, h.role));
+                    }
+                    (_, d) => assert!(d.is_err(), "{m:?} cut at {cut}"),
+                }
             }
             let mut longer = meta.clone();
             longer.push(0);

@@ -225,6 +225,4 @@ impl CustomWire for ClientWire {
                 .await
         })
     }
-
-    fn close(&self, _addr: SocketAddr) {}
 }

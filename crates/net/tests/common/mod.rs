@@ -184,6 +184,7 @@ pub fn hello_bytes(version: u32) -> Vec<u8> {
         &Message::Hello(Hello {
             version,
             role: Role::Client,
+            session: None,
         }),
         &[],
     )
@@ -204,8 +205,18 @@ impl Raw {
 
     /// Connects and completes the hello.
     pub async fn connect(addr: SocketAddr) -> Self {
+        Self::connect_in(addr, None).await
+    }
+
+    /// Connects and completes a hello naming `session`.
+    pub async fn connect_in(addr: SocketAddr, session: Option<Session>) -> Self {
         let mut r = Self::connect_bare(addr).await;
-        r.send(&hello_bytes(PROTOCOL_VERSION)).await;
+        let hello = Message::Hello(Hello {
+            version: PROTOCOL_VERSION,
+            role: Role::Client,
+            session,
+        });
+        r.send(&msg_bytes(0, &hello, &[])).await;
         let (h, m, _) = r.read_frame().await.expect("hello reply");
         assert_eq!(h.req_id, 0);
         assert_eq!(m, Message::Reply(Reply::ok(Version::ZERO)));
