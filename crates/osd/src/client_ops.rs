@@ -328,6 +328,9 @@ impl<D: BlockDevice + 'static, P: Peers> Shard<D, P> {
         if let Err(a) = self.ensure_recovered(&t, &c).await {
             return a;
         }
+        // The primary holds every object of the PG it serves (recovered
+        // first when it lacked one), so none here means a new object.
+        let creates = self.store.version(t.oid).is_none();
         // Stamped, and counted in flight until the local store has it, in
         // one step with the interval check: peering lists objects only
         // after what was accepted before it began has landed.
@@ -370,6 +373,16 @@ impl<D: BlockDevice + 'static, P: Peers> Shard<D, P> {
                 Ok(()) => ok.push(o),
                 Err((s, why)) => failed.push((o, s, why)),
             }
+        }
+        if creates
+            && !ok.is_empty()
+            && let Some(p) = self
+                .pgs
+                .borrow_mut()
+                .get_mut(&t.pg)
+                .filter(|p| p.generation == c.generation)
+        {
+            p.objects += 1;
         }
         if failed.is_empty() {
             let mut r = Reply::ok(version);

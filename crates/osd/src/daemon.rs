@@ -418,8 +418,8 @@ pub fn pg_reports(statuses: &[PgStatus]) -> Vec<PgReport> {
                 pg: s.pg,
                 interval: s.interval,
                 state: pg_state(&s.state)?,
-                objects: 0,
-                degraded_objects: s.missing,
+                objects: s.objects,
+                degraded_objects: s.degraded,
                 missing_objects: s.missing,
                 recovered_objects: s.recovered,
             })

@@ -135,6 +135,7 @@ impl<D: BlockDevice + 'static, P: Peers> Shard<D, P> {
         }
         let mut missing = BTreeMap::new();
         let mut seq = 0;
+        let objects = auth.len() as u64;
         for (oid, (v, holders)) in auth {
             if v.epoch == e.0 {
                 seq = seq.max(v.seq);
@@ -163,6 +164,7 @@ impl<D: BlockDevice + 'static, P: Peers> Shard<D, P> {
             .ok_or_else(|| PeerFail::Retry("interval changed".into()))?;
         tracing::info!(osd = %self.me, %pg, interval = %e, missing = missing.len(), "peered");
         p.missing = missing;
+        p.objects = objects;
         p.seq = p.seq.max(seq);
         p.phase = Phase::Active;
         Ok(())

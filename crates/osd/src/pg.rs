@@ -56,6 +56,9 @@ pub struct Pg {
     pub missing: BTreeMap<ObjectId, Missing>,
     /// Objects recovered in this interval.
     pub recovered: u64,
+    /// Objects in the PG as the primary knows them: the authoritative set
+    /// found by peering, plus the objects created since.
+    pub objects: u64,
     /// A background recovery task runs for this interval.
     pub recovering: bool,
     /// Bumped whenever the interval changes, so tasks of an older one stop.
@@ -76,6 +79,7 @@ impl Pg {
             seq: 0,
             missing: BTreeMap::new(),
             recovered: 0,
+            objects: 0,
             recovering: false,
             generation,
         }
@@ -95,6 +99,18 @@ impl Pg {
     /// Members other than this OSD.
     pub fn others(&self) -> impl Iterator<Item = OsdId> + '_ {
         self.entry.acting.iter().copied().filter(|o| *o != self.me)
+    }
+
+    /// Objects with fewer up-to-date copies than the pool's size: all of
+    /// them while the acting set is short of members, else those some
+    /// member still lacks.
+    pub fn degraded(&self) -> u64 {
+        let missing = self.missing.len() as u64;
+        if (self.entry.acting.len() as u32) < self.params.size {
+            self.objects.max(missing)
+        } else {
+            missing
+        }
     }
 
     /// A short state name in the operators' vocabulary.
@@ -170,5 +186,24 @@ mod tests {
         assert_eq!(active(3).state_name(), "active+clean");
         assert_eq!(active(2).state_name(), "active+undersized+degraded");
         assert_eq!(active(1).state_name(), "inactive+undersized+degraded");
+    }
+
+    #[test]
+    fn every_object_is_degraded_while_members_are_missing() {
+        let mut full = active(3);
+        full.objects = 10;
+        assert_eq!(full.degraded(), 0);
+        full.missing.insert(
+            ObjectId::new(1, 4),
+            Missing {
+                version: Version::new(5, 1),
+                holders: vec![OsdId(0)],
+                stale: vec![OsdId(2)],
+            },
+        );
+        assert_eq!(full.degraded(), 1);
+        let mut short = active(2);
+        short.objects = 10;
+        assert_eq!(short.degraded(), 10);
     }
 }

@@ -56,6 +56,10 @@ pub struct PgStatus {
     pub state: String,
     /// Why the PG is incomplete, if it is.
     pub detail: Option<String>,
+    /// Objects in the PG (known to its primary).
+    pub objects: u64,
+    /// Objects with fewer up-to-date copies than the pool's size.
+    pub degraded: u64,
     /// Objects some acting member still lacks.
     pub missing: u64,
     /// Objects recovered in this interval.
@@ -184,6 +188,8 @@ impl<D: BlockDevice + 'static, P: Peers> Shard<D, P> {
                     Phase::Incomplete(why) => Some(why.clone()),
                     _ => None,
                 },
+                objects: pg.objects,
+                degraded: pg.degraded(),
                 missing: pg.missing.len() as u64,
                 recovered: pg.recovered,
             })

@@ -98,6 +98,8 @@ pub struct PgSummary {
 /// Object counts summed over the PGs' current reports.
 #[derive(Serialize, Debug, Default)]
 pub struct ObjectSummary {
+    /// Objects in the PGs reported.
+    pub total: u64,
     /// Objects with fewer than `size` up-to-date copies.
     pub degraded: u64,
     /// Objects whose authoritative copy is missing somewhere in the acting set.
@@ -124,6 +126,7 @@ pub fn summarize(map: &ClusterMap, reports: &[OsdReport], manager: Option<String
                 .filter(|r| r.interval == rec.interval)
             {
                 Some(r) => {
+                    objects.total += r.objects;
                     objects.degraded += r.degraded_objects;
                     objects.missing += r.missing_objects;
                     objects.recovered += r.recovered_objects;
@@ -214,8 +217,8 @@ pub fn render(s: &Status) -> String {
     }
     let o = &s.objects;
     let mut recovery = format!(
-        "objects: {} degraded, {} missing; recovered {}",
-        o.degraded, o.missing, o.recovered
+        "objects: {}, {} degraded, {} missing; recovered {}",
+        o.total, o.degraded, o.missing, o.recovered
     );
     if o.missing > 0 {
         let pct = 100 * o.recovered / (o.recovered + o.missing);
@@ -305,7 +308,7 @@ mod tests {
             pg: PgId::new(1, index),
             interval: Epoch(interval),
             state,
-            objects: 0,
+            objects: 20 + missing,
             degraded_objects: missing,
             missing_objects: missing,
             recovered_objects: recovered,
@@ -352,6 +355,11 @@ mod tests {
         );
         assert_eq!((s.osds.total, s.osds.up, s.osds.r#in), (3, 2, 2));
         assert_eq!(s.objects.missing, 3);
+        assert_eq!(
+            s.objects.total,
+            20 + 23,
+            "PG 0 and PG 1 from their primaries"
+        );
         assert_eq!(s.objects.recovered, 7);
         assert_eq!(s.osds.list[0].used_bytes, Some(4096));
         assert_eq!(s.osds.list[2].used_bytes, None);
@@ -362,6 +370,10 @@ mod tests {
         );
         assert!(text.contains("osd.2    down out"), "{text}");
         assert!(text.contains("(70% of the objects to recover)"), "{text}");
+        assert!(
+            text.contains("objects: 43, 3 degraded, 3 missing"),
+            "{text}"
+        );
         let json = serde_json::to_value(&s).unwrap();
         assert_eq!(json["pgs"]["states"]["active+clean"], 1);
         assert_eq!(json["osds"]["in"], 2);

@@ -62,6 +62,16 @@ fn local_cluster_survives_an_osd_kill_and_a_restart_from_the_cli() {
     assert_eq!(s["pgs"]["total"], 16);
     eprintln!("pool clean after {:?}", started.elapsed());
 
+    // Data in the first 10 objects (4 MiB each): the primaries count them.
+    ok(
+        &dir,
+        &[
+            "bench", "--volume", "v", "--fill", "--span", "40M", "--bs", "1M",
+        ],
+    );
+    let s = wait_status(&dir, "10 objects reported", |s| s["objects"]["total"] == 10);
+    assert_eq!(s["objects"]["degraded"], 0, "{s:#}");
+
     // Errors: one line, `error: ...`, exit 1; clap usage errors exit 2.
     let e = fails(&dir, &["volume", "info", "nope"], 1);
     assert!(e.starts_with("error: ") && e.contains("not found"), "{e}");
@@ -96,6 +106,13 @@ fn local_cluster_survives_an_osd_kill_and_a_restart_from_the_cli() {
     });
     assert_eq!(s["osds"]["list"][1]["up"], false, "{s:#}");
     assert_eq!(s["osds"]["in"], 3, "down is not out yet: {s:#}");
+    // Every object has two copies of three: all degraded, none missing
+    // from the members that are up.
+    let s = wait_status(&dir, "the 10 objects degraded", |s| {
+        s["objects"]["degraded"] == 10
+    });
+    assert_eq!(s["objects"]["total"], 10, "{s:#}");
+    assert_eq!(s["objects"]["missing"], 0, "{s:#}");
     eprintln!("degraded after {:?}", started.elapsed());
 
     // Restart it: back to all clean.
