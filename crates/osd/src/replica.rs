@@ -157,23 +157,14 @@ impl<D: BlockDevice + 'static, P: Peers> Shard<D, P> {
         let Some(params) = map.pools.get(&pg.pool) else {
             return (Vec::new(), false);
         };
-        let mut out = Vec::new();
-        for (oid, v) in self.store.list() {
-            if after.is_some_and(|a| oid <= a) {
-                continue;
-            }
-            if map.volumes.get(&oid.volume.0) != Some(&pg.pool) {
-                continue;
-            }
-            if pg_for(pg.pool, params.pgs, oid) != pg {
-                continue;
-            }
-            if out.len() == limit {
-                return (out, true);
-            }
-            out.push((oid, v));
-        }
-        (out, false)
+        let mut page = self.store.list_where(|oid| {
+            after.is_none_or(|a| oid > a)
+                && map.volumes.get(&oid.volume.0) == Some(&pg.pool)
+                && pg_for(pg.pool, params.pgs, oid) == pg
+        });
+        let more = page.len() > limit;
+        page.truncate(limit);
+        (page, more)
     }
 
     /// Sends this OSD's whole copy of an object to a recovering primary.

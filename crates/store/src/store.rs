@@ -801,11 +801,19 @@ impl<D: BlockDevice> Store<D> {
 
     /// Every object with its version, sorted by id.
     pub fn list(&self) -> Vec<(ObjectId, Version)> {
+        self.list_where(|_| true)
+    }
+
+    /// The objects `keep` accepts, with their versions, sorted by id. One
+    /// pass over the table; only what is kept is copied and sorted (a PG's
+    /// share, when peering lists a PG on a store holding many).
+    pub fn list_where(&self, keep: impl Fn(ObjectId) -> bool) -> Vec<(ObjectId, Version)> {
         let st = self.inner.st.borrow();
         let mut v: Vec<_> = st
             .objects
             .map
             .iter()
+            .filter(|(k, _)| keep(**k))
             .map(|(k, o)| (*k, o.version))
             .collect();
         v.sort_unstable();
