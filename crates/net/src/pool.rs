@@ -173,14 +173,6 @@ impl ConnPool {
         conn.close();
     }
 
-    /// Closes and forgets the connection to `addr`, if any.
-    pub fn close(&self, addr: SocketAddr) {
-        let entry = self.conns.borrow_mut().remove(&addr);
-        if let Some(Entry::Ready(c)) = entry {
-            c.close();
-        }
-    }
-
     /// Closes and forgets every connection. Connect attempts in progress
     /// still complete for their callers but are not pooled.
     pub fn close_all(&self) {

@@ -106,11 +106,16 @@ impl Pg {
     /// member still lacks.
     pub fn degraded(&self) -> u64 {
         let missing = self.missing.len() as u64;
-        if (self.entry.acting.len() as u32) < self.params.size {
+        if self.undersized() {
             self.objects.max(missing)
         } else {
             missing
         }
+    }
+
+    /// Fewer acting members than the pool's size.
+    fn undersized(&self) -> bool {
+        (self.entry.acting.len() as u32) < self.params.size
     }
 
     /// A short state name in the operators' vocabulary.
@@ -125,7 +130,7 @@ impl Pg {
             }
             Phase::Active => {
                 let mut s = String::from("active");
-                if (self.entry.acting.len() as u32) < self.params.size {
+                if self.undersized() {
                     s.push_str("+undersized+degraded");
                 } else if !self.missing.is_empty() {
                     s.push_str("+degraded");
@@ -133,7 +138,7 @@ impl Pg {
                 if !self.missing.is_empty() {
                     s.push_str("+recovering");
                 }
-                if (self.entry.acting.len() as u32) >= self.params.size && self.missing.is_empty() {
+                if !self.undersized() && self.missing.is_empty() {
                     s.push_str("+clean");
                 }
                 s

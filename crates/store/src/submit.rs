@@ -28,7 +28,7 @@ use compio::BufResult;
 use compio::driver::OpCode;
 
 /// Most operations left for the end of the event-loop turn.
-pub(crate) const MAX_HELD: u32 = 4;
+const MAX_HELD: u32 = 4;
 /// Operations queued this long after the first of a batch start a new
 /// batch: a turn rarely lasts that long, so the runtime has most likely
 /// submitted the old one.
