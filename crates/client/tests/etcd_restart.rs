@@ -12,9 +12,10 @@
 //! up` (which stops the whole cluster when its etcd exits); etcd is
 //! restarted with the arguments `pontoon up` gives it, on the same data
 //! directory and ports. With a lease TTL of 12 s an OSD's lease is valid
-//! for 9.6 s after its last renewal, which came at most 4 s (TTL/3) before
-//! the outage: a 4 s outage must not stop the data path, nor fence any OSD
-//! once etcd is back (renewals resume at once); a 13 s one must fence them.
+//! for 10.8 s after its last renewal, which came at most 1.2 s (TTL/10)
+//! before the outage: a 4 s outage must not stop the data path, nor fence
+//! any OSD once etcd is back (renewals resume at once, on fresh
+//! connections); a 13 s one must fence them.
 
 mod common;
 
@@ -30,10 +31,9 @@ const TTL: Duration = Duration::from_secs(12);
 const SHORT: Duration = Duration::from_secs(4);
 /// An outage past every OSD's lease validity.
 const LONG: Duration = Duration::from_secs(13);
-/// By then every OSD has fenced itself: a lease is valid 4/5 of its TTL
-/// after its last renewal (before the outage), and the OSD looks every
-/// half second; one more second of slack.
-const FENCED_BY: Duration = Duration::from_millis(12_000 * 4 / 5 + 1_500);
+/// By then every OSD has fenced itself: a lease is valid 9/10 of its TTL
+/// after its last renewal (before the outage); half a second of slack.
+const FENCED_BY: Duration = Duration::from_millis(12_000 * 9 / 10 + 500);
 /// What an OSD logs when it fences itself.
 const FENCED: &str = "fenced=true";
 /// What the manager logs when it is elected.

@@ -39,6 +39,8 @@ const MAX_MESSAGE: usize = 256 << 20;
 const WATCH_COALESCE: Duration = Duration::from_millis(20);
 /// Longest pause between attempts to re-establish a broken watch.
 const WATCH_BACKOFF_MAX: Duration = Duration::from_secs(2);
+/// How long a fresh connection for a lease renewal may take to open.
+const FRESH_CONNECT_TIMEOUT: Duration = Duration::from_millis(800);
 /// Most shards (listening addresses) one OSD may register.
 pub const MAX_SHARDS: usize = 1024;
 
@@ -105,6 +107,7 @@ pub struct MapStore {
     cluster: String,
     prefix: String,
     endpoints: String,
+    endpoint_list: Arc<Vec<String>>,
 }
 
 impl std::fmt::Debug for MapStore {
@@ -157,6 +160,7 @@ impl MapStore {
             cluster: cluster.to_string(),
             prefix: format!("/pontoon/{cluster}/"),
             endpoints: joined,
+            endpoint_list: Arc::new(endpoints.to_vec()),
         };
         let mut kv = store.kv();
         match timeout(CONNECT_TIMEOUT, kv.get(store.key(EPOCH), None)).await {
@@ -189,6 +193,28 @@ impl MapStore {
 
     pub(crate) fn client(&self) -> Client {
         self.client.clone()
+    }
+
+    /// A new connection of its own to one endpoint (`attempt` modulo their
+    /// number, so successive attempts go round them), bypassing the shared
+    /// channel and its reconnect back-off. For renewals that must not wait.
+    pub(crate) async fn fresh_client(&self, attempt: usize) -> Result<Client, etcd_client::Error> {
+        let n = self.endpoint_list.len().max(1);
+        let ep = self.endpoint_list[attempt % n].clone();
+        let options = ConnectOptions::new()
+            .with_connect_timeout(FRESH_CONNECT_TIMEOUT)
+            .with_keep_alive(Duration::from_secs(5), Duration::from_secs(5));
+        Client::connect([ep], Some(options)).await
+    }
+
+    /// The map's epoch as etcd holds it now (a linearizable read).
+    pub async fn epoch(&self) -> Result<Epoch, ClusterError> {
+        let mut kv = self.kv();
+        let resp = call("read the map epoch", kv.get(self.key(EPOCH), None)).await?;
+        match resp.kvs().first() {
+            None => Ok(Epoch(0)),
+            Some(kv) => keys::decode_epoch(kv.value()),
+        }
     }
 
     fn kv(&self) -> KvClient {

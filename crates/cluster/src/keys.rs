@@ -259,7 +259,14 @@ pub fn decode<'a>(
         }
     }
     map.next = next;
+    map.validate()?;
     Ok(map)
+}
+
+/// The value of the `epoch` key.
+pub fn decode_epoch(value: &[u8]) -> Result<Epoch, ClusterError> {
+    let text = std::str::from_utf8(value).map_err(|_| corrupt(EPOCH, "value is not UTF-8"))?;
+    Ok(Epoch(parse_num(EPOCH, text.trim())?))
 }
 
 #[cfg(test)]
@@ -368,6 +375,49 @@ mod tests {
         .unwrap();
         m.alive.insert(OsdId(1));
         assert_eq!(back, m);
+    }
+
+    /// Decodes `m` after `spoil` changed one of its records.
+    fn decode_spoiled(spoil: impl FnOnce(&mut ClusterMap)) -> String {
+        let mut m = map();
+        spoil(&mut m);
+        let kvs = encode(&m).unwrap();
+        match decode("c", kvs.iter().map(|(k, v)| (k.as_str(), v.as_slice()))) {
+            Ok(_) => panic!("a spoiled map decoded"),
+            Err(e) => e.to_string(),
+        }
+    }
+
+    #[test]
+    fn records_that_would_break_routing_are_refused_with_their_key() {
+        let e = decode_spoiled(|m| m.volumes.get_mut(&VolumeId(8)).unwrap().object_size = 0);
+        assert!(
+            e.contains("volumes/8") && e.contains("object size 0"),
+            "{e}"
+        );
+        let e = decode_spoiled(|m| m.volumes.get_mut(&VolumeId(8)).unwrap().size_bytes = 100);
+        assert!(e.contains("volumes/8") && e.contains("size 100"), "{e}");
+        let e = decode_spoiled(|m| m.volumes.get_mut(&VolumeId(8)).unwrap().pool = PoolId(9));
+        assert!(
+            e.contains("volumes/8") && e.contains("pool9 does not exist"),
+            "{e}"
+        );
+        let e = decode_spoiled(|m| m.pools.get_mut(&PoolId(1)).unwrap().pgs = 0);
+        assert!(e.contains("pools/1") && e.contains("0 PGs"), "{e}");
+        let e = decode_spoiled(|m| m.pools.get_mut(&PoolId(1)).unwrap().min_size = 3);
+        assert!(e.contains("pools/1") && e.contains("min_size 3"), "{e}");
+        let e = decode_spoiled(|m| m.osds.get_mut(&OsdId(1)).unwrap().addrs.clear());
+        assert!(
+            e.contains("osds/1") && e.contains("0 listening addresses"),
+            "{e}"
+        );
+        let e = decode_spoiled(|m| {
+            m.pgs.get_mut(&PgId::new(1, 5)).unwrap().acting = vec![OsdId(1), OsdId(1)];
+        });
+        assert!(e.contains("pgs/1/0") && e.contains("twice"), "{e}");
+        let e =
+            decode_spoiled(|m| m.pgs.get_mut(&PgId::new(1, 5)).unwrap().acting = vec![OsdId(7)]);
+        assert!(e.contains("unregistered osd.7"), "{e}");
     }
 
     #[test]

@@ -5,11 +5,20 @@
 //! "am I still alive / still the leader?" from the *local clock*, without
 //! asking etcd: the lease counts as valid until the send time of the last
 //! keepalive etcd acknowledged, plus the TTL, minus a safety margin of a
-//! fifth of the TTL. etcd can only expire the lease a full TTL after it
+//! tenth of the TTL (clock-rate differences are parts per million; the
+//! margin is far wider). etcd can only expire the lease a full TTL after it
 //! *received* that keepalive, which is later, so the holder always stops
 //! believing in its lease before anyone else can act on its expiry (given
 //! clocks that run at roughly the same rate). That is what lets an OSD
 //! fence itself — stop serving writes — before the manager moves its PGs.
+//!
+//! Renewals go every tenth of the TTL, so an etcd outage shorter than
+//! `TTL × 8/10` minus one retry never costs the holder its validity: once
+//! a renewal fails, the next ones are tried every [`RETRY_AFTER_FAILURE`],
+//! each on a fresh connection to the next endpoint in turn. A fresh
+//! connection matters: the shared gRPC channel reconnects with a growing
+//! back-off (seen at 1.8 s after a 4 s outage), which could outlast the
+//! remaining validity while etcd is already back.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -78,11 +87,29 @@ impl Validity {
 /// Pause before trying again after a keepalive failed (etcd down or
 /// unreachable), instead of a whole period: a lease must be renewed as soon
 /// as etcd answers again, or its holder's validity may run out meanwhile.
-const RETRY_AFTER_FAILURE: Duration = Duration::from_millis(200);
+pub const RETRY_AFTER_FAILURE: Duration = Duration::from_millis(200);
+
+/// Longest wait for one renewal (connecting included) before it counts as
+/// failed and the next is tried on a fresh connection.
+const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// The part of the TTL a holder gives up as safety margin.
-fn margin(ttl: Duration) -> Duration {
-    ttl / 5
+pub fn margin(ttl: Duration) -> Duration {
+    ttl / 10
+}
+
+/// How often a healthy lease is renewed.
+pub fn renew_period(ttl: Duration) -> Duration {
+    (ttl / 10).max(Duration::from_millis(50))
+}
+
+/// The longest etcd outage a lease holder rides out without its validity
+/// lapsing: validity after a renewal, less one period (the outage may
+/// begin just before a renewal) and one retry (the first after etcd is
+/// back may just miss it).
+pub fn outage_tolerance(ttl: Duration) -> Duration {
+    (ttl - margin(ttl))
+        .saturating_sub(renew_period(ttl) + RETRY_AFTER_FAILURE + ATTEMPT_TIMEOUT / 5)
 }
 
 /// An etcd lease kept alive by a background task, with local-clock validity.
@@ -125,7 +152,7 @@ impl KeptLease {
         };
         let (stop_tx, stop_rx) = oneshot::channel();
         let task = tokio::spawn(keepalive_task(
-            client.clone(),
+            store.clone(),
             id,
             ttl,
             validity.clone(),
@@ -194,19 +221,23 @@ impl Drop for KeptLease {
     }
 }
 
-/// Keeps lease `id` alive every third of its TTL (and every
-/// [`RETRY_AFTER_FAILURE`] after a failed attempt) until told to stop, the
-/// lease is found expired, or (while paused) never.
+/// Keeps lease `id` alive every [`renew_period`] until told to stop, the
+/// lease is found expired, or (while paused) never. After a failed renewal
+/// the next is tried every [`RETRY_AFTER_FAILURE`] on a fresh connection,
+/// each to the next endpoint in turn.
 async fn keepalive_task(
-    mut client: Client,
+    store: MapStore,
     id: i64,
     ttl: Duration,
     validity: Arc<Validity>,
-    mut keeper: LeaseKeeper,
-    mut stream: LeaseKeepAliveStream,
+    keeper: LeaseKeeper,
+    stream: LeaseKeepAliveStream,
     mut stop: oneshot::Receiver<()>,
 ) {
-    let period = ttl / 3;
+    let period = renew_period(ttl);
+    let attempt = ATTEMPT_TIMEOUT.min(ttl / 3);
+    let mut session = Some((keeper, stream));
+    let mut failures: usize = 0;
     let mut pause = period;
     loop {
         tokio::select! {
@@ -219,8 +250,30 @@ async fn keepalive_task(
         if validity.paused.load(Ordering::Acquire) {
             continue;
         }
+        pause = period.min(RETRY_AFTER_FAILURE);
         let sent = Instant::now();
-        let answer = timeout(period, async {
+        let (mut keeper, mut stream) = match session.take() {
+            Some(s) => s,
+            None => match timeout(attempt, reopen(&store, id, failures)).await {
+                Ok(Ok(s)) => s,
+                Ok(Err(e)) if e.to_string().contains("not found") => {
+                    tracing::warn!(lease = id, "lease expired in etcd; it cannot be renewed");
+                    validity.mark_lost();
+                    return;
+                }
+                Ok(Err(e)) => {
+                    tracing::debug!(lease = id, "cannot reopen lease keepalive: {e}");
+                    failures += 1;
+                    continue;
+                }
+                Err(_) => {
+                    tracing::debug!(lease = id, "reopening lease keepalive timed out");
+                    failures += 1;
+                    continue;
+                }
+            },
+        };
+        let answer = timeout(attempt, async {
             keeper.keep_alive().await?;
             stream.message().await
         })
@@ -229,32 +282,35 @@ async fn keepalive_task(
             Ok(Ok(Some(resp))) if resp.ttl() > 0 => {
                 let granted = Duration::from_secs(resp.ttl().unsigned_abs());
                 validity.extend_to(sent + granted - margin(granted));
+                if failures > 0 {
+                    tracing::info!(lease = id, failures, "lease renewed again");
+                }
+                failures = 0;
                 pause = period;
-                continue;
+                session = Some((keeper, stream));
             }
             Ok(Ok(Some(_))) => {
                 tracing::warn!(lease = id, "lease expired in etcd; it cannot be renewed");
                 validity.mark_lost();
                 return;
             }
-            Ok(Ok(None)) | Ok(Err(_)) | Err(_) => pause = period.min(RETRY_AFTER_FAILURE),
-        }
-        // The stream broke or stalled: open a new one (a late answer on the
-        // old stream could otherwise be credited to a later send time).
-        match timeout(period, client.lease_keep_alive(id)).await {
-            Ok(Ok((k, s))) => {
-                keeper = k;
-                stream = s;
-            }
-            Ok(Err(e)) if e.to_string().contains("not found") => {
-                tracing::warn!(lease = id, "lease expired in etcd; it cannot be renewed");
-                validity.mark_lost();
-                return;
-            }
-            Ok(Err(e)) => tracing::debug!(lease = id, "cannot reopen lease keepalive: {e}"),
-            Err(_) => tracing::debug!(lease = id, "reopening lease keepalive timed out"),
+            // The stream broke or stalled: drop it (a late answer on it
+            // could otherwise be credited to a later send time) and use a
+            // fresh connection next time.
+            Ok(Ok(None)) | Ok(Err(_)) | Err(_) => failures += 1,
         }
     }
+}
+
+/// A keepalive stream for lease `id` on a fresh connection to the
+/// `attempt`-th endpoint (modulo their number).
+async fn reopen(
+    store: &MapStore,
+    id: i64,
+    attempt: usize,
+) -> Result<(LeaseKeeper, LeaseKeepAliveStream), etcd_client::Error> {
+    let mut client = store.fresh_client(attempt).await?;
+    client.lease_keep_alive(id).await
 }
 
 /// An OSD's liveness: an etcd lease holding `alive/<id>`, kept alive in

@@ -683,6 +683,122 @@ impl ClusterMap {
     }
 }
 
+/// Largest object size a volume may have (1 GiB): objects are the unit of
+/// recovery, read whole when a replica is rebuilt.
+pub const MAX_OBJECT_SIZE: u64 = 1 << 30;
+
+/// Most listening addresses (shards) one OSD record may hold.
+pub const MAX_OSD_ADDRS: usize = 1024;
+
+impl ClusterMap {
+    /// Checks every record on its own and against the others: what a
+    /// client or OSD derives from the map (object counts, PG indices,
+    /// shard addresses) must never divide by zero, overflow or index out
+    /// of range. A record that fails is named with the reason.
+    pub fn validate(&self) -> Result<(), crate::ClusterError> {
+        let bad = |key: String, reason: String| crate::ClusterError::Corrupt { key, reason };
+        for o in self.osds.values() {
+            let key = || crate::keys::osd_key(o.id);
+            if o.addrs.is_empty() || o.addrs.len() > MAX_OSD_ADDRS {
+                return Err(bad(
+                    key(),
+                    format!(
+                        "{} listening addresses (1-{MAX_OSD_ADDRS} allowed)",
+                        o.addrs.len()
+                    ),
+                ));
+            }
+            if !is_valid_name(&o.host) {
+                return Err(bad(key(), format!("host name {:?} is not valid", o.host)));
+            }
+        }
+        for p in self.pools.values() {
+            let key = || format!("{}{}", crate::keys::POOLS, p.id.0);
+            if !is_valid_name(&p.name) {
+                return Err(bad(key(), format!("name {:?} is not valid", p.name)));
+            }
+            if !(1..=pontoon_placement::MAX_POOL_SIZE).contains(&p.size)
+                || !(1..=p.size).contains(&p.min_size)
+            {
+                return Err(bad(
+                    key(),
+                    format!("size {} / min_size {} out of range", p.size, p.min_size),
+                ));
+            }
+            if !(1..=MAX_PGS_PER_POOL).contains(&p.pgs) {
+                return Err(bad(
+                    key(),
+                    format!("{} PGs (1-{MAX_PGS_PER_POOL} allowed)", p.pgs),
+                ));
+            }
+        }
+        for v in self.volumes.values() {
+            let key = || format!("{}{}", crate::keys::VOLUMES, v.id.0);
+            let block = pontoon_types::BLOCK_SIZE_U64;
+            if !is_valid_name(&v.name) {
+                return Err(bad(key(), format!("name {:?} is not valid", v.name)));
+            }
+            if v.object_size == 0
+                || !v.object_size.is_multiple_of(block)
+                || v.object_size > MAX_OBJECT_SIZE
+            {
+                return Err(bad(
+                    key(),
+                    format!(
+                        "object size {} is not a multiple of {block} between {block} and {MAX_OBJECT_SIZE}",
+                        v.object_size
+                    ),
+                ));
+            }
+            if v.size_bytes == 0 || !v.size_bytes.is_multiple_of(block) {
+                return Err(bad(
+                    key(),
+                    format!(
+                        "size {} is not a positive multiple of {block}",
+                        v.size_bytes
+                    ),
+                ));
+            }
+            if !self.pools.contains_key(&v.pool) {
+                return Err(bad(key(), format!("its pool {} does not exist", v.pool)));
+            }
+        }
+        for rec in self.pgs.values() {
+            let key = || crate::keys::pg_chunk_key(rec.pg);
+            let Some(pool) = self.pools.get(&rec.pg.pool) else {
+                return Err(bad(key(), format!("{} belongs to no pool", rec.pg)));
+            };
+            if rec.pg.index >= pool.pgs {
+                return Err(bad(
+                    key(),
+                    format!("{} is beyond the pool's {} PGs", rec.pg, pool.pgs),
+                ));
+            }
+            for set in [&rec.up, &rec.acting] {
+                if set.len() > pool.size as usize {
+                    return Err(bad(
+                        key(),
+                        format!(
+                            "{} lists {} OSDs for a pool of size {}",
+                            rec.pg,
+                            set.len(),
+                            pool.size
+                        ),
+                    ));
+                }
+                let distinct: BTreeSet<_> = set.iter().collect();
+                if distinct.len() != set.len() {
+                    return Err(bad(key(), format!("{} lists an OSD twice", rec.pg)));
+                }
+                if let Some(o) = set.iter().find(|o| !self.osds.contains_key(o)) {
+                    return Err(bad(key(), format!("{} names unregistered {o}", rec.pg)));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
 /// The JSON form of a whole [`ClusterMap`] (for status output and
 /// debugging; etcd stores the records one per key instead).
 #[derive(Serialize, Deserialize)]

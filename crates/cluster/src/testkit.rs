@@ -190,6 +190,16 @@ impl EtcdServer {
         self.wait_healthy()
     }
 
+    /// Kills etcd, waits `outage`, and starts it again on the same ports
+    /// and data; returns once it is healthy.
+    pub fn restart_after(&mut self, outage: Duration) -> io::Result<()> {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        std::thread::sleep(outage);
+        self.child = spawn(&self.bin, &self.args, &self.log)?;
+        self.wait_healthy()
+    }
+
     /// The client URL, e.g. `http://127.0.0.1:40123`.
     pub fn endpoint(&self) -> String {
         format!("http://127.0.0.1:{}", self.client_port)

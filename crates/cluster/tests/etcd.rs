@@ -433,6 +433,102 @@ async fn osd_lease_expiry_fences_the_osd_before_etcd_drops_it() {
     assert!(!s.load().await.unwrap().is_alive(osd));
 }
 
+/// Waits until a renewal of `lease` is nearly due (the worst moment for an
+/// outage to begin), then runs `outage` on a blocking thread while watching
+/// the lease. Returns how long the outage took and the least validity the
+/// lease had left; panics if it lapsed.
+async fn ride_out(
+    lease: &OsdLease,
+    ttl: Duration,
+    what: &str,
+    outage: impl FnOnce() + Send,
+) -> Duration {
+    let mut before = lease.remaining();
+    loop {
+        sleep(Duration::from_millis(5)).await;
+        let now = lease.remaining();
+        if now > before + Duration::from_millis(50) {
+            break;
+        }
+        before = now;
+    }
+    sleep(pontoon_cluster::lease::renew_period(ttl) - Duration::from_millis(60)).await;
+    let done = std::sync::atomic::AtomicBool::new(false);
+    let start = Instant::now();
+    let watch = async {
+        let (mut least, mut lapsed) = (Duration::MAX, false);
+        // Until a renewal after the outage is seen (bounded).
+        while start.elapsed() < Duration::from_secs(15) {
+            let r = lease.remaining();
+            lapsed |= !lease.is_valid();
+            least = least.min(r);
+            if done.load(std::sync::atomic::Ordering::Acquire) && r > least + Duration::from_secs(1)
+            {
+                break;
+            }
+            sleep(Duration::from_millis(5)).await;
+        }
+        (least, lapsed)
+    };
+    // The outage on a thread of its own, the watch on this one: the
+    // lease's keepalive task runs on the runtime's other worker.
+    let (took, (least, lapsed)) = tokio::task::block_in_place(|| {
+        std::thread::scope(|sc| {
+            let outage = sc.spawn(|| {
+                outage();
+                done.store(true, std::sync::atomic::Ordering::Release);
+                start.elapsed()
+            });
+            let watched = tokio::runtime::Handle::current().block_on(watch);
+            (outage.join().expect("outage thread"), watched)
+        })
+    });
+    eprintln!("{what}: {took:?}, least validity left {least:?}");
+    assert!(
+        !lapsed,
+        "the lease lapsed in the {what} ({took:?}); least validity left {least:?}"
+    );
+    assert!(
+        lease.remaining() > least,
+        "the lease was not renewed after the {what}"
+    );
+    took
+}
+
+/// An etcd outage shorter than a lease's outage tolerance never lapses the
+/// holder's validity, even one that begins just before a renewal was due:
+/// a stall (etcd frozen, connections hanging) of 4.8 s, and a crash with a
+/// restart, after which renewals go through at once on a fresh connection
+/// instead of waiting in the shared channel's reconnect back-off.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_rides_out_an_etcd_outage_shorter_than_its_tolerance() {
+    let mut etcd = etcd();
+    let s = store(&etcd, "outage").await;
+    let osd = s
+        .register_osd("h", vec![addr(7001)], 1, 1, None)
+        .await
+        .unwrap();
+    let ttl = Duration::from_secs(7);
+    let tolerance = pontoon_cluster::lease::outage_tolerance(ttl);
+    assert!(tolerance > Duration::from_secs(5), "{tolerance:?}");
+    let lease = OsdLease::start(&s, osd, ttl.as_secs()).await.unwrap();
+    let pid = etcd.pid() as i32;
+    ride_out(&lease, ttl, "etcd stall", || {
+        // SAFETY: signalling the test's own etcd child.
+        unsafe { libc::kill(pid, libc::SIGSTOP) };
+        std::thread::sleep(Duration::from_millis(4_800));
+        // SAFETY: as above.
+        unsafe { libc::kill(pid, libc::SIGCONT) };
+    })
+    .await;
+    ride_out(&lease, ttl, "etcd crash and restart", || {
+        etcd.restart_after(Duration::from_secs(3))
+            .expect("restart etcd");
+    })
+    .await;
+    assert!(s.load().await.unwrap().is_alive(osd));
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn standby_manager_takes_over_when_the_leader_resigns_or_hangs() {
     let etcd = etcd();

@@ -64,8 +64,10 @@ pub struct OsdRunArgs {
     /// machine's name).
     #[arg(long, value_name = "NAME")]
     host: Option<String>,
-    /// Liveness lease TTL: how soon the cluster sees this OSD down after it dies.
-    #[arg(long, value_name = "DURATION", default_value = "3s")]
+    /// Liveness lease TTL: how soon the cluster sees this OSD down after it
+    /// dies. An etcd outage of up to 8/10 of it (less a fraction of a
+    /// second) never fences the OSD.
+    #[arg(long, value_name = "DURATION", default_value = "7s")]
     lease_ttl: String,
 }
 

@@ -65,7 +65,7 @@ pub struct UpArgs {
     /// Shards (threads) per OSD when formatting (default 1, or as last time).
     #[arg(long, value_name = "K")]
     shards: Option<u32>,
-    /// OSD liveness lease TTL (default 3s, or as last time).
+    /// OSD liveness lease TTL (default 7s, or as last time).
     #[arg(long, value_name = "DURATION")]
     lease_ttl: Option<String>,
     /// How long an OSD may be down before it is marked out and its data
@@ -193,7 +193,7 @@ fn settings(args: &UpArgs, prev: Option<&ClusterFile>) -> Result<ClusterFile> {
             Some(s) => parse_duration(s).map_err(|e| anyhow!("{flag}: {e}")),
             None => Ok(old.unwrap_or(Duration::from_secs(default))),
         };
-    let lease_ttl = duration("--lease-ttl", &args.lease_ttl, prev.map(|p| p.lease_ttl), 3)?;
+    let lease_ttl = duration("--lease-ttl", &args.lease_ttl, prev.map(|p| p.lease_ttl), 7)?;
     if lease_ttl < Duration::from_secs(1) {
         bail!("--lease-ttl must be at least 1s");
     }
