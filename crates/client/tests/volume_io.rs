@@ -29,6 +29,7 @@ fn cluster(osds: &[&TestOsd]) -> ClusterMap {
                 device_bytes: 256 * MIB,
                 in_cluster: true,
                 down_since_unix: None,
+                reported_down: false,
             },
         );
         m.alive.insert(id);

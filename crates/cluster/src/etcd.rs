@@ -925,6 +925,7 @@ impl MapStore {
                             device_bytes,
                             in_cluster: true,
                             down_since_unix: None,
+                            reported_down: false,
                         },
                     );
                     id = Some(new);

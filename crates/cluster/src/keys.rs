@@ -293,6 +293,7 @@ mod tests {
                 device_bytes: 2,
                 in_cluster: false,
                 down_since_unix: Some(77),
+                reported_down: false,
             },
         );
         m.pools.insert(

@@ -372,6 +372,45 @@ impl OsdLease {
         Ok(OsdLease { osd, lease })
     }
 
+    /// Revokes the lease that holds `alive/<osd>`, if any: what a new
+    /// life of the OSD does about its previous life's lease, so that the
+    /// manager sees that life down at once instead of a TTL later. Only
+    /// for a process that knows the previous life is dead (it holds the
+    /// OSD's device exclusively). Returns whether a lease was revoked.
+    pub async fn clear_previous(store: &MapStore, osd: OsdId) -> Result<bool, ClusterError> {
+        let mut kv = store.client().kv_client();
+        let key = store.key(&keys::alive_key(osd));
+        let resp = call("look up an OSD's liveness", kv.get(key.clone(), None)).await?;
+        let Some(found) = resp.kvs().first() else {
+            return Ok(false);
+        };
+        let lease = found.lease();
+        if lease == 0 {
+            return Ok(false);
+        }
+        let mut client = store.client();
+        match call("revoke a previous life's lease", client.lease_revoke(lease)).await {
+            Ok(_) => Ok(true),
+            Err(ClusterError::Etcd { source, .. })
+                if source.to_string().contains("lease not found") =>
+            {
+                Ok(false)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// End of the lease's validity by the local clock; `None` once it is
+    /// lost, revoked or lapsed.
+    pub fn valid_until(&self) -> Option<Instant> {
+        if self.lease.revoked {
+            return None;
+        }
+        let until = self.lease.validity.until_nanos.load(Ordering::Acquire);
+        let at = self.lease.validity.base + Duration::from_nanos(until);
+        (until != 0 && at > Instant::now()).then_some(at)
+    }
+
     /// The OSD this lease keeps alive.
     pub fn osd(&self) -> OsdId {
         self.osd

@@ -131,9 +131,15 @@ pub struct OsdRecord {
     /// operator) marks them out.
     pub in_cluster: bool,
     /// When the manager first saw the OSD's liveness key gone (Unix
-    /// seconds); `None` while it is alive. Drives the down → out timer.
+    /// seconds, for people); `None` while it is alive. The down → out
+    /// timer itself runs on the manager's monotonic clock.
     #[serde(default)]
     pub down_since_unix: Option<u64>,
+    /// Held down by the manager because peers on other hosts cannot reach
+    /// it: the OSD fences itself and gives up its lease, and takes no new
+    /// one until the manager releases it (when the reports stop).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub reported_down: bool,
 }
 
 /// Which unit two replicas of one PG may never share. Key field of
@@ -531,6 +537,10 @@ pub struct OsdReport {
     pub used_bytes: u64,
     /// Usable bytes of the device.
     pub capacity_bytes: u64,
+    /// OSDs this one shares PGs with and has not heard from, by heartbeat,
+    /// for longer than the grace.
+    #[serde(default, skip_serializing_if = "Vec::is_empty", with = "ids::osd_ids")]
+    pub unreachable: Vec<OsdId>,
 }
 
 /// The id counters (`next/osd`, `next/pool`, `next/volume`): the smallest id
@@ -883,6 +893,7 @@ mod tests {
                 device_bytes: 1 << 30,
                 in_cluster: true,
                 down_since_unix: None,
+                reported_down: false,
             },
         );
         m.alive.insert(OsdId(3));
@@ -987,6 +998,7 @@ mod tests {
             }],
             used_bytes: 100,
             capacity_bytes: 1000,
+            unreachable: Vec::new(),
         };
         let json = serde_json::to_string(&r).unwrap();
         assert!(json.contains(r#""state":"active+recovering""#), "{json}");

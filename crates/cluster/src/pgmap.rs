@@ -226,6 +226,7 @@ mod tests {
             device_bytes: 1 << 30,
             in_cluster: true,
             down_since_unix: None,
+            reported_down: false,
         }
     }
 
@@ -440,6 +441,7 @@ mod tests {
             }],
             used_bytes: 0,
             capacity_bytes: 0,
+            unreachable: Vec::new(),
         };
         let stale = report(primary, Epoch(1), PgState::ActiveClean);
         let not_primary = report(other, rec.interval, PgState::ActiveClean);

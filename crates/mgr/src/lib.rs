@@ -5,23 +5,25 @@
 //! The active manager runs a loop, woken by every map change (an OSD's
 //! liveness key appearing or expiring is one) and at least every
 //! [`MgrConfig::interval`]: it reads the OSDs' reports and applies
-//! [`decide`] to the map inside one [`MapStore::update_as_leader`], which
-//! commits (and bumps the epoch) only when something changed, and only
-//! while this manager still holds the leader lease. See [`decide`] for the
-//! rules: down, out after [`MgrConfig::out_after`], up and in again, acting
-//! sets recomputed, past intervals trimmed once a PG is clean.
+//! [`Manager::pass`] to the map inside one [`MapStore::update_as_leader`],
+//! which commits (and bumps the epoch) only when something changed, and
+//! only while this manager still holds the leader lease. See
+//! [`Manager::pass`] for the rules: held down on peers' reports, down, out
+//! after [`MgrConfig::out_after`] on this manager's monotonic clock, up and
+//! in again, acting sets recomputed, past intervals trimmed once a PG is
+//! clean. The simulator runs the same [`Manager`].
 
 #![warn(missing_docs)]
 
 mod decide;
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use pontoon_cluster::{ClusterError, Leadership, MapStore};
 use tokio::sync::watch;
 use tokio::time::{MissedTickBehavior, sleep};
 
-pub use decide::{Decision, decide};
+pub use decide::{Decision, MIN_REPORTERS, Manager};
 
 /// How the manager runs.
 #[derive(Clone, Debug)]
@@ -104,7 +106,10 @@ pub async fn run(store: MapStore, cfg: MgrConfig, mut stop: watch::Receiver<bool
             }
         };
         tracing::info!(name = %cfg.name, out_after = ?cfg.out_after, "active manager");
-        lead(&store, &cfg, &leader, &mut stop).await;
+        // Timers start afresh with each term: they run on this process's
+        // monotonic clock from when it saw an OSD down.
+        let mut manager = Manager::new(cfg.out_after);
+        lead(&store, &cfg, &leader, &mut manager, &mut stop).await;
         if let Err(e) = leader.resign().await {
             tracing::debug!("resigning: {e}");
         }
@@ -117,6 +122,7 @@ async fn lead(
     store: &MapStore,
     cfg: &MgrConfig,
     leader: &Leadership,
+    manager: &mut Manager,
     stop: &mut watch::Receiver<bool>,
 ) {
     let mut maps = loop {
@@ -152,7 +158,7 @@ async fn lead(
             tracing::warn!(name = %cfg.name, "lost the manager lease");
             return;
         }
-        match pass(store, cfg, leader).await {
+        match pass(store, leader, manager).await {
             Ok(()) => {}
             Err(ClusterError::NotLeader) => {
                 tracing::warn!(name = %cfg.name, "no longer the manager leader");
@@ -164,13 +170,17 @@ async fn lead(
 }
 
 /// One pass: read the reports, decide, commit if anything changed, log.
-async fn pass(store: &MapStore, cfg: &MgrConfig, leader: &Leadership) -> Result<(), ClusterError> {
+async fn pass(
+    store: &MapStore,
+    leader: &Leadership,
+    manager: &mut Manager,
+) -> Result<(), ClusterError> {
     let reports = store.reports().await?;
-    let now = unix_now();
+    let (now, unix) = (Instant::now(), unix_now());
     let mut decided = Vec::new();
     let updated = store
         .update_as_leader(leader, |m| {
-            decided = decide(m, &reports, now, cfg.out_after)?;
+            decided = manager.pass(m, &reports, now, unix)?;
             Ok::<_, ClusterError>(!decided.is_empty())
         })
         .await?;

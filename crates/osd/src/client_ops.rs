@@ -4,7 +4,8 @@
 
 use std::rc::Rc;
 
-use futures::future::join_all;
+use futures::channel::oneshot;
+use futures::future::{Either, Shared, join_all, select};
 use pontoon_buf::AlignedBuf;
 use pontoon_proto::{
     DiscardReq, Message, ReadReq, Reply, Status, SubOp, SubOpKind, Target, WriteReq,
@@ -23,6 +24,8 @@ struct Checked {
     interval: Epoch,
     acting: Vec<OsdId>,
     generation: u64,
+    /// Fires when the interval ends on this shard.
+    ended: Shared<oneshot::Receiver<()>>,
 }
 
 impl<D: BlockDevice + 'static, P: Peers> Shard<D, P> {
@@ -71,6 +74,18 @@ impl<D: BlockDevice + 'static, P: Peers> Shard<D, P> {
             ));
         };
         let interval = pg.entry.interval;
+        // A newer interval's primary peered with this OSD: the map is
+        // behind, and whatever this shard holds may be overtaken already.
+        if pg.overtaken() {
+            return Err(error(
+                Status::StaleEpoch,
+                pg.promised,
+                format!(
+                    "pg {} promised interval {} to a newer primary",
+                    t.pg, pg.promised
+                ),
+            ));
+        }
         if t.epoch < interval {
             return Err(error(
                 Status::StaleEpoch,
@@ -120,16 +135,29 @@ impl<D: BlockDevice + 'static, P: Peers> Shard<D, P> {
             interval,
             acting: pg.entry.acting.clone(),
             generation: pg.generation,
+            ended: pg.end.ended(),
         })
     }
 
-    /// After any wait: the PG must still be active in the same life (the
+    /// After any wait: the lease must still be valid and the PG still
+    /// active in the same life, with no newer interval promised (the
     /// interval may have ended, or the PG been found incomplete, while the
     /// request waited, and then this copy may be stale).
     fn still_serving(&self, t: &Target, c: &Checked) -> Result<(), Answer> {
+        if self.is_fenced() {
+            return Err(error(
+                Status::Fenced,
+                c.interval,
+                "this OSD's lease ran out while the request waited",
+            ));
+        }
         let pgs = self.pgs.borrow();
         match pgs.get(&t.pg) {
-            Some(p) if p.generation == c.generation && p.phase == Phase::Active => Ok(()),
+            Some(p)
+                if p.generation == c.generation && p.phase == Phase::Active && !p.overtaken() =>
+            {
+                Ok(())
+            }
             _ => Err(error(
                 Status::StaleEpoch,
                 c.interval,
@@ -361,7 +389,25 @@ impl<D: BlockDevice + 'static, P: Peers> Shard<D, P> {
             drop(inflight);
             r
         };
-        let (mine, theirs) = futures::join!(local, join_all(remote));
+        // The other members' answers are awaited only while the interval
+        // lasts (a member that froze or was cut off is replaced in the
+        // next one); the local write always completes.
+        let remote = std::pin::pin!(join_all(remote));
+        let remote = select(remote, c.ended.clone());
+        let (mine, theirs) = futures::join!(local, remote);
+        let theirs = match theirs {
+            Either::Left((theirs, _)) => theirs,
+            Either::Right(_) => {
+                return error(
+                    Status::StaleEpoch,
+                    c.interval,
+                    format!(
+                        "pg {} left interval {} while the write was replicated",
+                        t.pg, c.interval
+                    ),
+                );
+            }
+        };
         let mut ok = Vec::new();
         let mut failed: Vec<(OsdId, Status, String)> = Vec::new();
         match mine {

@@ -1,9 +1,11 @@
 //! The OSD process: opens (or formats) the device, starts one thread per
 //! shard with its own io_uring runtime, store slice and TCP port, and runs
-//! the control thread (tokio) that registers the OSD in etcd, keeps its
-//! liveness lease, feeds map changes to the shards and reports PG states.
+//! the control loop ([`crate::control`]) on a tokio thread against etcd:
+//! registration, the liveness lease, maps to the shards, reports.
 
+use std::fs::File;
 use std::net::{IpAddr, SocketAddr};
+use std::os::fd::AsRawFd;
 use std::path::PathBuf;
 use std::rc::Rc;
 use std::sync::Arc;
@@ -14,20 +16,21 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use futures::channel::{mpsc, oneshot};
-use pontoon_cluster::{MapStore, OsdLease, OsdReport, PgReport, PgState};
+use pontoon_cluster::{ClusterMap, MapStore, OsdLease, OsdReport, PgReport, PgState};
 use pontoon_net::Limits;
-use pontoon_store::{FileDevice, FormatOptions, Store, StoreStats};
-use pontoon_types::OsdId;
+use pontoon_store::{FileDevice, FormatOptions, Store};
+use pontoon_types::{Epoch, OsdId};
 
+use crate::control::{self, Exit, MapSource, ShardSet};
+use crate::deadline::LeaseDeadline;
 use crate::map::ShardMap;
 use crate::peers::NetPeers;
-use crate::shard::{PgStatus, Shard};
+use crate::shard::{PgStatus, Shard, ShardReport};
 use crate::view::shard_map;
 
-/// How often the control loop looks at its lease and the shards' PG states.
-const TICK: Duration = Duration::from_millis(500);
-/// Longest time between two writes of an unchanged report.
-const REPORT_REFRESH: Duration = Duration::from_secs(10);
+/// How long a shard may take to answer its control loop before it counts
+/// as stuck (its event loop has not turned in that long).
+pub const SHARD_STUCK_AFTER: Duration = Duration::from_secs(5);
 
 /// How an OSD process is started.
 #[derive(Clone, Debug)]
@@ -69,19 +72,23 @@ pub enum OsdError {
     /// A thread failed.
     #[error("{0}")]
     Thread(String),
+    /// A shard's store failed or a shard got stuck: the OSD gave up its
+    /// lease and must exit.
+    #[error("{0}")]
+    Failed(String),
 }
 
 enum Cmd {
     Start(OsdId),
     Map(Arc<ShardMap>),
-    Fence(bool),
-    Status(oneshot::Sender<(Vec<PgStatus>, StoreStats)>),
+    Report(oneshot::Sender<ShardReport>),
     Stop,
 }
 
 struct ShardThread {
     addr: SocketAddr,
     tx: mpsc::UnboundedSender<Cmd>,
+    deadline: Arc<LeaseDeadline>,
     thread: JoinHandle<()>,
 }
 
@@ -91,19 +98,25 @@ pub fn run(cfg: OsdConfig, stop: Arc<AtomicBool>) -> Result<OsdId, OsdError> {
         path: cfg.device.display().to_string(),
         what,
     };
+    // Held until the process exits: no second OSD process on this device,
+    // which is also what makes revoking a previous life's lease safe.
+    let _lock = lock_device(&cfg).map_err(dev_err)?;
     let slices = prepare_device(&cfg).map_err(dev_err)?;
     let mut shards = Vec::new();
     for i in 0..slices {
         shards.push(start_shard(&cfg, i, slices).map_err(OsdError::Thread)?);
     }
     let addrs: Vec<SocketAddr> = shards.iter().map(|s| s.addr).collect();
-    let txs: Vec<_> = shards.iter().map(|s| s.tx.clone()).collect();
+    let set = EtcdShards {
+        txs: shards.iter().map(|s| s.tx.clone()).collect(),
+        deadlines: shards.iter().map(|s| s.deadline.clone()).collect(),
+    };
     let device_bytes = std::fs::metadata(&cfg.device).map(|m| m.len()).unwrap_or(0);
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .map_err(|e| OsdError::Thread(format!("control runtime: {e}")))?;
-    let result = rt.block_on(control(&cfg, addrs, device_bytes, &txs, &stop));
+    let result = rt.block_on(control(&cfg, addrs, device_bytes, &set, &stop));
     for s in shards {
         let _ = s.tx.unbounded_send(Cmd::Stop);
         if s.thread.join().is_err() {
@@ -111,6 +124,29 @@ pub fn run(cfg: OsdConfig, stop: Arc<AtomicBool>) -> Result<OsdId, OsdError> {
         }
     }
     result
+}
+
+/// Locks the device (creating the file first if asked) so that no other
+/// process runs an OSD on it; the lock lasts as long as the returned file.
+fn lock_device(cfg: &OsdConfig) -> Result<File, String> {
+    if !cfg.device.exists() {
+        let size = cfg
+            .create_size
+            .ok_or("does not exist (give a size to create it)")?;
+        FileDevice::create_file(&cfg.device, size).map_err(|e| format!("creating: {e}"))?;
+    }
+    let f = File::open(&cfg.device).map_err(|e| format!("opening: {e}"))?;
+    // SAFETY: flock on a descriptor this function owns.
+    let r = unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+    if r != 0 {
+        let e = std::io::Error::last_os_error();
+        return Err(if e.raw_os_error() == Some(libc::EWOULDBLOCK) {
+            "another process has it open as an OSD".to_string()
+        } else {
+            format!("locking: {e}")
+        });
+    }
+    Ok(f)
 }
 
 /// Creates and formats the device if needed; returns its slice count.
@@ -149,6 +185,8 @@ fn start_shard(cfg: &OsdConfig, index: u32, slices: u32) -> Result<ShardThread, 
     let (ready_tx, ready_rx) = std_mpsc::channel::<Result<SocketAddr, String>>();
     let device = cfg.device.clone();
     let listen = cfg.listen;
+    let deadline = LeaseDeadline::fenced(Instant::now());
+    let shard_deadline = deadline.clone();
     let thread = std::thread::Builder::new()
         .name(format!("shard-{index}"))
         .spawn(move || {
@@ -190,12 +228,20 @@ fn start_shard(cfg: &OsdConfig, index: u32, slices: u32) -> Result<ShardThread, 
                         Some(_) => {}
                     }
                 };
-                let shard = Shard::new(me, index, slices, store.clone(), NetPeers::new(me));
+                let shard = Shard::new(
+                    me,
+                    index,
+                    slices,
+                    store.clone(),
+                    NetPeers::new(me),
+                    shard_deadline,
+                );
                 let server = compio::runtime::spawn(pontoon_net::serve(
                     listener,
                     shard.clone(),
                     Limits::default(),
                 ));
+                shard.start_heartbeats();
                 while let Some(cmd) = rx.next().await {
                     match cmd {
                         Cmd::Map(m) => {
@@ -203,9 +249,8 @@ fn start_shard(cfg: &OsdConfig, index: u32, slices: u32) -> Result<ShardThread, 
                             shard.peers().set_map(m.clone());
                             shard.apply_map(m);
                         }
-                        Cmd::Fence(f) => shard.set_fenced(f),
-                        Cmd::Status(reply) => {
-                            let _ = reply.send((shard.pg_status(), shard.store().stats()));
+                        Cmd::Report(reply) => {
+                            let _ = reply.send(shard.report());
                         }
                         Cmd::Stop => break,
                         Cmd::Start(_) => {}
@@ -222,15 +267,20 @@ fn start_shard(cfg: &OsdConfig, index: u32, slices: u32) -> Result<ShardThread, 
     let addr = ready_rx
         .recv_timeout(Duration::from_secs(120))
         .map_err(|_| format!("shard {index} did not start"))??;
-    Ok(ShardThread { addr, tx, thread })
+    Ok(ShardThread {
+        addr,
+        tx,
+        deadline,
+        thread,
+    })
 }
 
-/// The control loop: register, lease, maps in, reports out.
+/// Registers the OSD, then runs the control loop against etcd.
 async fn control(
     cfg: &OsdConfig,
     addrs: Vec<SocketAddr>,
     device_bytes: u64,
-    shards: &[mpsc::UnboundedSender<Cmd>],
+    shards: &EtcdShards,
     stop: &AtomicBool,
 ) -> Result<OsdId, OsdError> {
     let cl = |e: pontoon_cluster::ClusterError| OsdError::Cluster(e.to_string());
@@ -262,150 +312,150 @@ async fn control(
         )));
     }
     tracing::info!(osd = %me, ?addrs, "registered");
-    let send_all = |c: &dyn Fn() -> Cmd| {
-        for s in shards {
-            let _ = s.unbounded_send(c());
-        }
-    };
-    send_all(&|| Cmd::Start(me));
+    for s in &shards.txs {
+        let _ = s.unbounded_send(Cmd::Start(me));
+    }
     // Whole seconds, rounded up: a lease is never shorter than asked.
     let ttl = cfg
         .lease_ttl
         .as_millis()
         .div_ceil(1000)
         .clamp(1, u128::from(u64::MAX)) as u64;
-    let mut maps = store.watch().await.map_err(cl)?;
-    wait_to_be_seen_down(me, &mut maps, cfg.lease_ttl).await;
-    let mut lease = OsdLease::start(&store, me, ttl).await.map_err(cl)?;
-    tracing::info!(osd = %me, ttl_secs = ttl, "alive");
-    let mut fenced = false;
-    let mut last_epoch = None;
-    let mut last_report: Option<(OsdReport, Instant)> = None;
-    let mut tick = tokio::time::interval(TICK);
-    while !stop.load(Ordering::Relaxed) {
-        tokio::select! {
-            changed = maps.changed() => {
-                if changed.is_err() {
-                    return Err(OsdError::Cluster("map watch ended".into()));
-                }
-            }
-            _ = tick.tick() => {}
+    let maps = store.watch().await.map_err(cl)?;
+    let first = maps.borrow().clone();
+    let mut source = EtcdSource {
+        store,
+        me,
+        ttl,
+        maps,
+        lease: None,
+    };
+    let exit = control::run(me, true, first, &mut source, shards, || {
+        stop.load(Ordering::Relaxed)
+    })
+    .await;
+    match exit {
+        Exit::Stopped => Ok(me),
+        Exit::Failed(why) => {
+            tracing::error!(osd = %me, "giving up: {why}; the lease is revoked and the process exits");
+            Err(OsdError::Failed(format!("{me}: {why}")))
         }
-        let map = maps.borrow_and_update().clone();
-        if last_epoch != Some(map.epoch) {
-            last_epoch = Some(map.epoch);
-            tracing::debug!(osd = %me, epoch = %map.epoch, "new map");
-            let view = Arc::new(shard_map(&map));
-            send_all(&|| Cmd::Map(view.clone()));
-        }
-        let valid = lease.is_valid();
-        if valid == fenced {
-            fenced = !valid;
-            tracing::warn!(osd = %me, fenced, "liveness lease changed");
-            send_all(&|| Cmd::Fence(fenced));
-        }
-        if fenced {
-            // Our lease may be gone: take a new one; the manager will see us
-            // come back and start new intervals.
-            match OsdLease::start(&store, me, ttl).await {
-                Ok(l) => lease = l,
-                Err(e) => tracing::warn!("renewing the liveness lease: {e}"),
-            }
-            continue;
-        }
-        let report = match collect_report(me, map.epoch, shards).await {
-            Ok(r) => r,
-            Err(e) => {
-                tracing::debug!("report: {e}");
-                continue;
-            }
-        };
-        // Write only what changed (and a heartbeat now and then): etcd keeps
-        // every revision until compaction.
-        let due = last_report
-            .as_ref()
-            .is_none_or(|(r, at)| *r != report || at.elapsed() >= REPORT_REFRESH);
-        if due {
-            match store.put_report(&report).await {
-                Ok(()) => last_report = Some((report, Instant::now())),
-                Err(e) => tracing::debug!("report: {e}"),
-            }
+        Exit::SourceLost(why) => {
+            source.give_up_lease().await;
+            Err(OsdError::Cluster(why))
         }
     }
-    // Revoking shows the OSD down at once instead of a TTL later.
-    if let Err(e) = lease.stop().await {
-        tracing::warn!(osd = %me, "revoking the liveness lease: {e}");
-    }
-    tracing::info!(osd = %me, "stopped");
-    Ok(me)
 }
 
-/// Longest wait for the manager to see a restarted OSD down, beyond its
-/// previous life's lease.
-const SEEN_DOWN_GRACE: Duration = Duration::from_secs(30);
+/// The daemon's [`MapSource`]: the map watched in etcd, the liveness
+/// lease, reports written to etcd.
+struct EtcdSource {
+    store: MapStore,
+    me: OsdId,
+    ttl: u64,
+    maps: tokio::sync::watch::Receiver<Arc<ClusterMap>>,
+    lease: Option<OsdLease>,
+}
+
+impl MapSource for EtcdSource {
+    async fn next_map(&mut self, until: Instant) -> Result<Option<Arc<ClusterMap>>, String> {
+        let deadline = tokio::time::Instant::from_std(until);
+        match tokio::time::timeout_at(deadline, self.maps.changed()).await {
+            Err(_) => Ok(None),
+            Ok(Err(_)) => Err("the map watch ended".into()),
+            Ok(Ok(())) => Ok(Some(self.maps.borrow_and_update().clone())),
+        }
+    }
+
+    async fn clear_previous_life(&mut self) -> Result<bool, String> {
+        OsdLease::clear_previous(&self.store, self.me)
+            .await
+            .map_err(|e| e.to_string())
+    }
+
+    async fn take_lease(&mut self) -> Result<(Epoch, Instant), String> {
+        let lease = OsdLease::start(&self.store, self.me, self.ttl)
+            .await
+            .map_err(|e| e.to_string())?;
+        // The old lease (if any) goes after the new one holds alive/<id>.
+        self.lease = Some(lease);
+        let epoch = self.store.epoch().await.map_err(|e| e.to_string())?;
+        let valid_until = self
+            .lease_valid_until()
+            .ok_or("the new lease lapsed at once")?;
+        Ok((epoch, valid_until))
+    }
+
+    fn lease_valid_until(&self) -> Option<Instant> {
+        self.lease.as_ref().and_then(OsdLease::valid_until)
+    }
+
+    async fn give_up_lease(&mut self) {
+        if let Some(lease) = self.lease.take()
+            && let Err(e) = lease.stop().await
+        {
+            tracing::warn!(osd = %self.me, "revoking the liveness lease: {e}");
+        }
+    }
+
+    async fn put_report(&mut self, report: &OsdReport) -> Result<(), String> {
+        self.store
+            .put_report(report)
+            .await
+            .map_err(|e| e.to_string())
+    }
+
+    fn now(&self) -> Instant {
+        Instant::now()
+    }
+}
+
+/// The daemon's [`ShardSet`]: shard threads reached by channel, their
+/// deadlines written directly.
+struct EtcdShards {
+    txs: Vec<mpsc::UnboundedSender<Cmd>>,
+    deadlines: Vec<Arc<LeaseDeadline>>,
+}
+
+impl ShardSet for EtcdShards {
+    fn apply_map(&self, map: &Arc<ClusterMap>) {
+        let view = Arc::new(shard_map(map));
+        for s in &self.txs {
+            let _ = s.unbounded_send(Cmd::Map(view.clone()));
+        }
+    }
+
+    fn set_deadline(&self, until: Option<Instant>) {
+        for d in &self.deadlines {
+            d.set(until);
+        }
+    }
+
+    async fn reports(&self) -> Result<Vec<ShardReport>, String> {
+        let mut out = Vec::with_capacity(self.txs.len());
+        for (i, s) in self.txs.iter().enumerate() {
+            let (tx, rx) = oneshot::channel();
+            if s.unbounded_send(Cmd::Report(tx)).is_err() {
+                return Err(format!("shard {i} stopped"));
+            }
+            let r = tokio::time::timeout(SHARD_STUCK_AFTER, rx)
+                .await
+                .map_err(|_| {
+                    format!("shard {i} did not answer for {SHARD_STUCK_AFTER:?}: it is stuck")
+                })?
+                .map_err(|_| format!("shard {i} stopped"))?;
+            if let Some(why) = control::trouble(i, &r) {
+                return Err(why);
+            }
+            out.push(r);
+        }
+        Ok(out)
+    }
+}
 
 /// Whether `me` is a member of any PG's current interval in `map`.
 pub fn in_any_interval(map: &pontoon_cluster::ClusterMap, me: OsdId) -> bool {
     map.pgs.values().any(|pg| pg.acting.contains(&me))
-}
-
-/// A restarted OSD must not serve in an interval its previous life served
-/// in: the primaries of that interval peered with the old life, so they
-/// would not notice what this life lost or what the old life left in
-/// flight (a sub-operation arriving after this life peered again). So
-/// before taking its lease, an OSD that is still in some acting set waits
-/// until the old lease has lapsed and the manager has taken it out of every
-/// acting set; its new lease then brings it back in new intervals, which
-/// peer afresh. Bounded: without a manager nothing would ever change.
-async fn wait_to_be_seen_down(
-    me: OsdId,
-    maps: &mut tokio::sync::watch::Receiver<Arc<pontoon_cluster::ClusterMap>>,
-    lease_ttl: Duration,
-) {
-    if !in_any_interval(&maps.borrow(), me) {
-        return;
-    }
-    tracing::info!(osd = %me, "waiting for the cluster to see this OSD's previous life down");
-    let deadline = tokio::time::Instant::now() + lease_ttl + SEEN_DOWN_GRACE;
-    while in_any_interval(&maps.borrow_and_update(), me) {
-        match tokio::time::timeout_at(deadline, maps.changed()).await {
-            Ok(Ok(())) => {}
-            Ok(Err(_)) | Err(_) => {
-                tracing::warn!(osd = %me, "the manager did not mark this OSD down in time; starting in its current intervals");
-                return;
-            }
-        }
-    }
-}
-
-/// Collects every shard's PG states and space into a report.
-async fn collect_report(
-    me: OsdId,
-    epoch: pontoon_types::Epoch,
-    shards: &[mpsc::UnboundedSender<Cmd>],
-) -> Result<OsdReport, String> {
-    let mut pgs = Vec::new();
-    let (mut used, mut capacity) = (0, 0);
-    for s in shards {
-        let (tx, rx) = oneshot::channel();
-        if s.unbounded_send(Cmd::Status(tx)).is_err() {
-            return Err("a shard stopped".into());
-        }
-        let (st, stats) = tokio::time::timeout(Duration::from_secs(5), rx)
-            .await
-            .map_err(|_| "a shard did not answer".to_string())?
-            .map_err(|_| "a shard stopped".to_string())?;
-        used += stats.used_bytes;
-        capacity += stats.capacity_bytes;
-        pgs.extend(pg_reports(&st));
-    }
-    Ok(OsdReport {
-        osd: me,
-        epoch,
-        pgs,
-        used_bytes: used,
-        capacity_bytes: capacity,
-    })
 }
 
 /// What the manager is told of a shard's PGs: the ones it leads, with

@@ -16,7 +16,11 @@
 //! deterministic simulator can run it unchanged.
 
 mod client_ops;
+pub mod control;
 pub mod daemon;
+pub mod deadline;
+pub mod heartbeat;
+pub mod life;
 pub mod locks;
 pub mod map;
 pub mod peering;
@@ -28,6 +32,7 @@ pub mod shard;
 pub mod testkit;
 pub mod view;
 
+pub use deadline::LeaseDeadline;
 pub use map::{PastInterval, PgEntry, PoolParams, ShardMap, pg_for};
 pub use peers::{NetPeers, PEER_TIMEOUT, PeerError, Peers};
-pub use shard::{PgStatus, Shard};
+pub use shard::{PgStatus, Shard, ShardReport};

@@ -35,6 +35,9 @@ pub struct PgEntry {
     pub interval: Epoch,
     /// Current acting set; first is the primary.
     pub acting: Vec<OsdId>,
+    /// Where placement puts the PG ignoring liveness (down members
+    /// included): whom the members heartbeat.
+    pub up: Vec<OsdId>,
     /// Intervals since the PG was last clean, oldest first.
     pub past: Vec<PastInterval>,
 }

@@ -49,10 +49,23 @@ impl<D: BlockDevice + 'static, P: Peers> Shard<D, P> {
     pub(crate) async fn peer_loop(self: Rc<Self>, pg: PgId, generation: u64) {
         let mut delay = Duration::from_millis(20);
         loop {
-            if !self.is_current(pg, generation) {
+            let Some(ended) = self
+                .pgs
+                .borrow()
+                .get(&pg)
+                .filter(|p| p.generation == generation)
+                .map(|p| p.end.ended())
+            else {
                 return;
-            }
-            match self.try_peer(pg, generation).await {
+            };
+            // A member that does not answer holds peering up only while
+            // the interval lasts.
+            let attempt = std::pin::pin!(self.try_peer(pg, generation));
+            let outcome = match futures::future::select(attempt, ended).await {
+                futures::future::Either::Left((r, _)) => r,
+                futures::future::Either::Right(_) => return,
+            };
+            match outcome {
                 Ok(()) => {
                     self.start_recovery(pg, generation);
                     return;
@@ -401,14 +414,31 @@ impl<D: BlockDevice + 'static, P: Peers> Shard<D, P> {
         msg: &Message,
         data: Option<&[u8]>,
     ) -> Result<(), (Status, String)> {
+        let expect = match msg {
+            Message::SubOp(op) => Some(op.version),
+            _ => None,
+        };
         for _ in 0..EPOCH_AHEAD_TRIES {
             match self.peers.call(osd, pg, msg, data).await {
                 Ok((
                     Message::Reply(Reply {
-                        status: Status::Ok, ..
+                        status: Status::Ok,
+                        version,
+                        ..
                     }),
                     _,
-                )) => return Ok(()),
+                )) => {
+                    // The member must now hold exactly this version: one
+                    // that claims another (a newer one it should never
+                    // have) does not hold what was acknowledged.
+                    return match expect {
+                        Some(want) if version != want => Err((
+                            Status::Io,
+                            format!("{osd} answered version {version} for {want}"),
+                        )),
+                        _ => Ok(()),
+                    };
+                }
                 Ok((Message::Reply(r), _)) if r.status == Status::EpochAhead => {
                     pontoon_rt::sleep(EPOCH_AHEAD_RETRY).await;
                 }

@@ -33,6 +33,14 @@ pub trait Peers: 'static {
         msg: &Message,
         data: Option<&[u8]>,
     ) -> impl Future<Output = Result<(Message, Option<AlignedBuf>), PeerError>>;
+
+    /// A heartbeat to `osd`'s shard for `pg`, answered within `timeout`.
+    fn ping(
+        &self,
+        osd: OsdId,
+        pg: PgId,
+        timeout: Duration,
+    ) -> impl Future<Output = Result<(), PeerError>>;
 }
 
 /// How long one request to another OSD may take before it counts as failed.
@@ -64,13 +72,14 @@ impl NetPeers {
     }
 }
 
-impl Peers for NetPeers {
-    async fn call(
+impl NetPeers {
+    async fn call_within(
         &self,
         osd: OsdId,
         pg: PgId,
         msg: &Message,
         data: Option<&[u8]>,
+        timeout: Duration,
     ) -> Result<(Message, Option<AlignedBuf>), PeerError> {
         let addr = self
             .map
@@ -81,11 +90,36 @@ impl Peers for NetPeers {
                 reason: "no address in the map".into(),
             })?;
         self.pool
-            .call(addr, msg, data, PEER_TIMEOUT)
+            .call(addr, msg, data, timeout)
             .await
             .map_err(|e| PeerError {
                 osd,
                 reason: format!("{addr}: {e}"),
             })
+    }
+}
+
+impl Peers for NetPeers {
+    async fn call(
+        &self,
+        osd: OsdId,
+        pg: PgId,
+        msg: &Message,
+        data: Option<&[u8]>,
+    ) -> Result<(Message, Option<AlignedBuf>), PeerError> {
+        self.call_within(osd, pg, msg, data, PEER_TIMEOUT).await
+    }
+
+    async fn ping(&self, osd: OsdId, pg: PgId, timeout: Duration) -> Result<(), PeerError> {
+        match self
+            .call_within(osd, pg, &Message::Ping, None, timeout)
+            .await?
+        {
+            (Message::Reply(r), _) if r.status == pontoon_proto::Status::Ok => Ok(()),
+            (m, _) => Err(PeerError {
+                osd,
+                reason: format!("answered a ping with {:?}", m.msg_type()),
+            }),
+        }
     }
 }

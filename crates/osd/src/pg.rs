@@ -3,6 +3,9 @@
 
 use std::collections::BTreeMap;
 
+use futures::FutureExt;
+use futures::channel::oneshot;
+use futures::future::Shared;
 use pontoon_types::{Epoch, ObjectId, OsdId, PgId, Version};
 
 use crate::map::{PgEntry, PoolParams};
@@ -34,8 +37,38 @@ pub struct Missing {
     pub stale: Vec<OsdId>,
 }
 
+/// Resolves when a PG's life on a shard ends: its state is dropped
+/// because a new interval began or the PG was removed. Work waiting on
+/// other OSDs for an interval races it, so it stops as soon as its
+/// interval is over instead of waiting out a timeout.
+pub struct IntervalEnd {
+    _alive: oneshot::Sender<()>,
+    ended: Shared<oneshot::Receiver<()>>,
+}
+
+impl IntervalEnd {
+    fn new() -> Self {
+        let (tx, rx) = oneshot::channel();
+        Self {
+            _alive: tx,
+            ended: rx.shared(),
+        }
+    }
+
+    /// A future that completes when this life ends.
+    pub fn ended(&self) -> Shared<oneshot::Receiver<()>> {
+        self.ended.clone()
+    }
+}
+
+impl std::fmt::Debug for IntervalEnd {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("IntervalEnd")
+    }
+}
+
 /// One PG on one shard.
-#[derive(Clone, Debug)]
+#[derive(Debug)]
 pub struct Pg {
     /// Which PG.
     pub id: PgId,
@@ -63,6 +96,8 @@ pub struct Pg {
     pub recovering: bool,
     /// Bumped whenever the interval changes, so tasks of an older one stop.
     pub generation: u64,
+    /// Fires when this life of the PG ends.
+    pub end: IntervalEnd,
 }
 
 impl Pg {
@@ -82,6 +117,7 @@ impl Pg {
             objects: 0,
             recovering: false,
             generation,
+            end: IntervalEnd::new(),
         }
     }
 
@@ -89,6 +125,12 @@ impl Pg {
     /// a primary already peered with us in.
     pub fn known_interval(&self) -> Epoch {
         self.entry.interval.max(self.promised)
+    }
+
+    /// Whether this OSD promised a newer interval's primary to refuse
+    /// operations of the map's interval (its map is behind).
+    pub fn overtaken(&self) -> bool {
+        self.promised > self.entry.interval
     }
 
     /// Whether this OSD is the primary.
@@ -165,6 +207,7 @@ mod tests {
         let entry = PgEntry {
             interval: Epoch(5),
             acting: (0..members).map(OsdId).collect(),
+            up: Vec::new(),
             past: Vec::new(),
         };
         let params = PoolParams {

@@ -9,7 +9,7 @@ use pontoon_proto::{
     Message, PEER_PAGE, PeerInfo, PeerQuery, Reply, Status, SubOp, SubOpKind, Target,
 };
 use pontoon_store::{BlockDevice, ObjectImage};
-use pontoon_types::{Epoch, ObjectId, Version};
+use pontoon_types::{Epoch, ObjectId, OsdId, Version};
 
 use crate::map::{PgEntry, pg_for};
 use crate::peers::Peers;
@@ -20,6 +20,7 @@ impl<D: BlockDevice + 'static, P: Peers> Shard<D, P> {
     /// Applies an operation the primary of the current interval versioned.
     pub(crate) async fn replica_subop(
         self: &Rc<Self>,
+        from: OsdId,
         op: SubOp,
         data: Option<AlignedBuf>,
     ) -> (Message, Option<AlignedBuf>) {
@@ -30,9 +31,15 @@ impl<D: BlockDevice + 'static, P: Peers> Shard<D, P> {
         // The interval is checked after the wait, with nothing in between
         // that yields: the wait may outlast the interval.
         let _guard = self.locks.lock(t.oid).await;
-        let known = match self.pgs.borrow().get(&t.pg) {
-            Some(pg) => pg.known_interval(),
-            None => Epoch(0),
+        let (known, primary) = match self.pgs.borrow().get(&t.pg) {
+            Some(pg) => (
+                pg.known_interval(),
+                // Known only while the map's interval is the current one.
+                (!pg.overtaken())
+                    .then(|| pg.entry.acting.first().copied())
+                    .flatten(),
+            ),
+            None => (Epoch(0), None),
         };
         if t.epoch < known {
             return error(
@@ -46,6 +53,16 @@ impl<D: BlockDevice + 'static, P: Peers> Shard<D, P> {
                 Status::EpochAhead,
                 known,
                 format!("pg {} interval {} not seen yet", t.pg, t.epoch),
+            );
+        }
+        if primary.is_some_and(|p| p != from) {
+            return error(
+                Status::InvalidArgument,
+                known,
+                format!(
+                    "{from} is not the primary of pg {} in interval {known}",
+                    t.pg
+                ),
             );
         }
         let have = self.store.version(t.oid).unwrap_or(Version::ZERO);
@@ -106,8 +123,15 @@ impl<D: BlockDevice + 'static, P: Peers> Shard<D, P> {
     /// Lists the PG's objects held here with their versions, after
     /// promising not to accept operations of intervals before the query's
     /// and letting those accepted before the promise reach the store.
+    ///
+    /// The query's interval must be one this OSD's map can vouch for: not
+    /// beyond its map (it waits for the map: `EpochAhead`), and, when the
+    /// map has reached it, the PG's interval then, asked by that
+    /// interval's primary. Any other epoch would raise the promise on
+    /// nobody's authority and stall the PG.
     pub(crate) async fn answer_peer_query(
         self: &Rc<Self>,
+        from: OsdId,
         q: PeerQuery,
     ) -> (Message, Option<AlignedBuf>) {
         let map = self.map();
@@ -118,12 +142,45 @@ impl<D: BlockDevice + 'static, P: Peers> Shard<D, P> {
                 format!("pool of pg {} unknown", q.pg),
             );
         };
+        if q.epoch > map.epoch {
+            return error(
+                Status::EpochAhead,
+                map.epoch,
+                format!(
+                    "pg {} interval {} is beyond map {}",
+                    q.pg, q.epoch, map.epoch
+                ),
+            );
+        }
+        if let Some(entry) = map.pgs.get(&q.pg) {
+            if q.epoch > entry.interval {
+                return error(
+                    Status::InvalidArgument,
+                    entry.interval,
+                    format!(
+                        "pg {} has no interval {} (map {} has it at {})",
+                        q.pg, q.epoch, map.epoch, entry.interval
+                    ),
+                );
+            }
+            if q.epoch == entry.interval && entry.acting.first() != Some(&from) {
+                return error(
+                    Status::InvalidArgument,
+                    entry.interval,
+                    format!(
+                        "{from} is not the primary of pg {} in interval {}",
+                        q.pg, q.epoch
+                    ),
+                );
+            }
+        }
         {
             let mut pgs = self.pgs.borrow_mut();
             let pg = pgs.entry(q.pg).or_insert_with(|| {
                 let entry = map.pgs.get(&q.pg).cloned().unwrap_or(PgEntry {
                     interval: Epoch(0),
                     acting: Vec::new(),
+                    up: Vec::new(),
                     past: Vec::new(),
                 });
                 Pg::new(q.pg, entry, params, self.me, 0)

@@ -4,16 +4,19 @@
 
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;
+use std::sync::Arc;
 
 use pontoon_buf::AlignedBuf;
 use pontoon_net::{Frame, Handler};
 use pontoon_proto::{Message, Reply, Role, Status};
-use pontoon_store::{BlockDevice, Store, StoreError};
+use pontoon_store::{BlockDevice, Store, StoreError, StoreStats};
 use pontoon_types::{Epoch, OsdId, PgId};
 use rustc_hash::FxHashMap;
 
 use pontoon_net::budget::Budget;
 
+use crate::deadline::LeaseDeadline;
+use crate::heartbeat::Heartbeats;
 use crate::locks::{InFlight, ObjectLocks};
 use crate::map::ShardMap;
 use crate::peers::Peers;
@@ -39,7 +42,10 @@ pub struct Shard<D: BlockDevice, P: Peers> {
     pub(crate) inflight: Rc<InFlight>,
     /// Background recovery's slots (counted in objects; bytes unbounded).
     pub(crate) recovery: Rc<Budget>,
-    fenced: Cell<bool>,
+    /// Until when this shard may serve (its OSD's lease).
+    deadline: Arc<LeaseDeadline>,
+    /// What the shard knows of its peers' heartbeats.
+    pub(crate) heartbeats: Heartbeats,
     generation: Cell<u64>,
     /// Deliberately broken replication, for the simulator's self-test.
     pub(crate) broken_ack: Cell<bool>,
@@ -66,9 +72,29 @@ pub struct PgStatus {
     pub recovered: u64,
 }
 
+/// Everything a shard tells its control loop.
+#[derive(Clone, Debug)]
+pub struct ShardReport {
+    /// Its PGs' states.
+    pub pgs: Vec<PgStatus>,
+    /// Its store's space and counters.
+    pub stats: StoreStats,
+    /// Why its store stopped accepting writes, if it did.
+    pub store_failure: Option<String>,
+    /// Peers that have not answered its heartbeats within the grace.
+    pub unreachable: Vec<OsdId>,
+}
+
 impl<D: BlockDevice + 'static, P: Peers> Shard<D, P> {
-    /// A shard over an open store.
-    pub fn new(me: OsdId, index: u32, shards: u32, store: Store<D>, peers: P) -> Rc<Self> {
+    /// A shard over an open store, serving until `deadline` allows no more.
+    pub fn new(
+        me: OsdId,
+        index: u32,
+        shards: u32,
+        store: Store<D>,
+        peers: P,
+        deadline: Arc<LeaseDeadline>,
+    ) -> Rc<Self> {
         Rc::new(Self {
             me,
             index,
@@ -80,7 +106,8 @@ impl<D: BlockDevice + 'static, P: Peers> Shard<D, P> {
             locks: Rc::new(ObjectLocks::default()),
             inflight: Rc::new(InFlight::default()),
             recovery: Budget::new(RECOVERY_SLOTS, usize::MAX),
-            fenced: Cell::new(false),
+            deadline,
+            heartbeats: Heartbeats::default(),
             generation: Cell::new(0),
             broken_ack: Cell::new(false),
         })
@@ -106,10 +133,9 @@ impl<D: BlockDevice + 'static, P: Peers> Shard<D, P> {
         pg.index % self.shards == self.index
     }
 
-    /// Stops serving (lease lost) or resumes (a new lease was granted and a
-    /// new map will follow).
-    pub fn set_fenced(&self, fenced: bool) {
-        self.fenced.set(fenced);
+    /// The deadline this shard serves by.
+    pub fn deadline(&self) -> &Arc<LeaseDeadline> {
+        &self.deadline
     }
 
     /// Breaks replication on purpose: writes are acknowledged once the
@@ -121,9 +147,19 @@ impl<D: BlockDevice + 'static, P: Peers> Shard<D, P> {
         self.broken_ack.set(on);
     }
 
-    /// Whether the shard refuses I/O because its OSD may have been declared down.
+    /// Whether the shard refuses I/O because its OSD's lease may be gone.
     pub fn is_fenced(&self) -> bool {
-        self.fenced.get()
+        !self.deadline.allows(pontoon_rt::now())
+    }
+
+    /// What the control loop needs to know of this shard.
+    pub fn report(&self) -> ShardReport {
+        ShardReport {
+            pgs: self.pg_status(),
+            stats: self.store.stats(),
+            store_failure: self.store.failure(),
+            unreachable: self.heartbeats.unreachable(pontoon_rt::now()),
+        }
     }
 
     /// Installs a new map: PGs whose acting set changed start a new interval
@@ -209,6 +245,12 @@ impl<D: BlockDevice + 'static, P: Peers> Shard<D, P> {
 
 impl<D: BlockDevice + 'static, P: Peers> Handler for Shard<D, P> {
     async fn handle(self: Rc<Self>, peer: Role, frame: Frame) -> (Message, Option<AlignedBuf>) {
+        if matches!(frame.msg, Message::Ping) {
+            return (
+                Message::Reply(Reply::ok(pontoon_types::Version::ZERO)),
+                None,
+            );
+        }
         if self.is_fenced() {
             return error(
                 Status::Fenced,
@@ -224,8 +266,8 @@ impl<D: BlockDevice + 'static, P: Peers> Handler for Shard<D, P> {
             },
             (Message::Discard(d), _) => self.client_discard(d).await,
             (Message::Allocation(t), _) => self.client_allocation(t).await,
-            (Message::SubOp(op), Role::Osd(_)) => self.replica_subop(op, frame.data).await,
-            (Message::PeerQuery(q), Role::Osd(_)) => self.answer_peer_query(q).await,
+            (Message::SubOp(op), Role::Osd(from)) => self.replica_subop(from, op, frame.data).await,
+            (Message::PeerQuery(q), Role::Osd(from)) => self.answer_peer_query(from, q).await,
             (Message::Pull(t), Role::Osd(_)) => self.answer_pull(t).await,
             (m, role) => error(
                 Status::InvalidArgument,

@@ -53,7 +53,14 @@ impl TestOsd {
                 let (store, bg) = Store::open(dev, None, 0).await.expect("open store");
                 compio::runtime::spawn(bg).detach();
                 let me = OsdId(id);
-                let shard = Shard::new(me, 0, 1, store.clone(), NetPeers::new(me));
+                let shard = Shard::new(
+                    me,
+                    0,
+                    1,
+                    store.clone(),
+                    NetPeers::new(me),
+                    crate::LeaseDeadline::unbounded(),
+                );
                 let listener = compio::net::TcpListener::bind("127.0.0.1:0")
                     .await
                     .expect("bind");

@@ -32,6 +32,7 @@ pub fn shard_map(map: &ClusterMap) -> ShardMap {
             PgEntry {
                 interval: pg.interval,
                 acting: pg.acting.clone(),
+                up: pg.up.clone(),
                 past: pg
                     .past_intervals
                     .iter()

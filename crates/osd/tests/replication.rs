@@ -49,7 +49,8 @@ fn make_map(
             },
             PgEntry {
                 interval,
-                acting: acting.into_iter().map(OsdId).collect(),
+                acting: acting.iter().copied().map(OsdId).collect(),
+                up: acting.into_iter().map(OsdId).collect(),
                 past: past
                     .into_iter()
                     .map(|(e, a)| PastInterval {

@@ -265,6 +265,7 @@ mod tests {
                     device_bytes: 1 << 30,
                     in_cluster: i != 2,
                     down_since_unix: None,
+                    reported_down: false,
                 },
             );
         }
@@ -328,6 +329,7 @@ mod tests {
                 ],
                 used_bytes: 4096,
                 capacity_bytes: 1 << 30,
+                unreachable: Vec::new(),
             },
             OsdReport {
                 osd: OsdId(1),
@@ -339,6 +341,7 @@ mod tests {
                 ],
                 used_bytes: 0,
                 capacity_bytes: 1 << 30,
+                unreachable: Vec::new(),
             },
         ];
         let s = summarize(&map(), &reports, Some("m1".into()));

@@ -12,7 +12,7 @@ use pontoon_types::{Epoch, ObjectId, OsdId, PgId, Version};
 use crate::frame::{MAX_META, ProtoError};
 
 /// Protocol revision spoken; a peer with another one is refused at hello.
-pub const PROTOCOL_VERSION: u32 = 2;
+pub const PROTOCOL_VERSION: u32 = 3;
 /// Longest error text carried in a reply.
 const MAX_MESSAGE_TEXT: usize = 1024;
 /// Most extents or ranges one message may list.
@@ -44,6 +44,8 @@ pub enum MsgType {
     PeerInfo = 32,
     /// Pull an object: a [`Target`].
     Pull = 33,
+    /// A heartbeat between OSDs ([`Message::Ping`]).
+    Ping = 34,
 }
 
 impl MsgType {
@@ -60,6 +62,7 @@ impl MsgType {
             31 => Self::PeerQuery,
             32 => Self::PeerInfo,
             33 => Self::Pull,
+            34 => Self::Ping,
             _ => return Err(ProtoError::UnknownType(v)),
         })
     }
@@ -332,6 +335,10 @@ pub enum Message {
     PeerInfo(PeerInfo),
     /// Recovery: send me your copy of this object.
     Pull(Target),
+    /// Heartbeat: are you there? Answered at once with an empty success,
+    /// fenced or not (it measures the network path and the shard's event
+    /// loop, not the lease).
+    Ping,
 }
 
 /// A growable little-endian writer for message fields.
@@ -447,6 +454,7 @@ impl Message {
             Message::PeerQuery(_) => MsgType::PeerQuery,
             Message::PeerInfo(_) => MsgType::PeerInfo,
             Message::Pull(_) => MsgType::Pull,
+            Message::Ping => MsgType::Ping,
         }
     }
 
@@ -489,6 +497,7 @@ impl Message {
                 w.u64(r.len);
             }
             Message::Allocation(t) | Message::Pull(t) => w.target(t),
+            Message::Ping => {}
             Message::Reply(r) => {
                 w.u16(r.status as u16);
                 w.version(&r.version);
@@ -545,6 +554,7 @@ impl Message {
             MsgType::PeerQuery => "peer query",
             MsgType::PeerInfo => "peer info",
             MsgType::Pull => "pull",
+            MsgType::Ping => "ping",
         };
         let mut r = R {
             d: Decoder::new(meta),
@@ -592,6 +602,7 @@ impl Message {
             }),
             MsgType::Allocation => Message::Allocation(r.target()?),
             MsgType::Pull => Message::Pull(r.target()?),
+            MsgType::Ping => Message::Ping,
             MsgType::Reply => {
                 let status = Status::from_u16(r.u16()?)?;
                 let version = r.version()?;
@@ -713,6 +724,7 @@ mod tests {
             }),
             Message::Allocation(target()),
             Message::Pull(target()),
+            Message::Ping,
             Message::Reply(Reply::ok(Version::new(3, 4))),
             Message::Reply(Reply {
                 ranges: vec![(0, 4096), (8192, 4096)],

@@ -200,6 +200,17 @@ impl Peers for SimPeers {
                 reason: e.to_string(),
             })
     }
+
+    async fn ping(&self, osd: OsdId, _pg: PgId, timeout: Duration) -> Result<(), PeerError> {
+        self.net
+            .request(Node::Osd(self.me), osd, &Message::Ping, None, timeout)
+            .await
+            .map(|_| ())
+            .map_err(|e| PeerError {
+                osd,
+                reason: e.to_string(),
+            })
+    }
 }
 
 /// The client library's wire over the simulated network.

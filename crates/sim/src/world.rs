@@ -1,23 +1,28 @@
 //! The simulated cluster around the real code: "etcd" (the map, liveness
-//! leases and reports as plain values), the manager's decision loop, and
-//! OSD processes that start, crash with their disk's cache half lost, and
-//! restart. The glue mirrors `pontoon_osd::daemon` (map in, lease, fence,
-//! report every tick); the decisions themselves are the real
-//! `pontoon_mgr::decide` and the real shard.
+//! leases and reports as plain values), the manager's loop, and OSD
+//! processes that start, crash with their disk's cache half lost, and
+//! restart. Each OSD runs the daemon's own control loop
+//! (`pontoon_osd::control::run`, with its life cycle) through a
+//! [`MapSource`] and a [`ShardSet`] of the simulator's; the manager's
+//! rules are the real `pontoon_mgr::Manager`; the shard is the real one.
 
 use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, BTreeSet};
 use std::rc::Rc;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
+use futures::StreamExt;
+use futures::channel::mpsc;
 use pontoon_client::MapFeed;
+use pontoon_cluster::lease::{RETRY_AFTER_FAILURE, margin, renew_period};
 use pontoon_cluster::{
     ClusterMap, FailureDomain, NextIds, OsdRecord, OsdReport, PoolRecord, VolumeRecord, recompute,
 };
-use pontoon_osd::Shard;
-use pontoon_osd::daemon::{in_any_interval, pg_reports};
+use pontoon_mgr::Manager;
+use pontoon_osd::control::{self, Exit, MapSource, ShardSet};
 use pontoon_osd::view::shard_map;
+use pontoon_osd::{LeaseDeadline, Shard, ShardReport};
 use pontoon_store::{FormatOptions, MemDevice, Store};
 use pontoon_types::{Epoch, OsdId, PoolId, VolumeId};
 
@@ -85,6 +90,8 @@ pub struct OsdState {
     pub proc: Option<ProcId>,
     /// Its shard while running.
     pub shard: Option<Rc<SimShard>>,
+    /// Where maps reach its control loop while running.
+    maps: Option<mpsc::UnboundedSender<Arc<ClusterMap>>>,
     /// Gone for good (replaced).
     pub destroyed: bool,
     /// Cut from etcd until this virtual time: lease keep-alives fail.
@@ -103,7 +110,11 @@ pub struct World {
     pub cfg: Config,
     /// The map as etcd holds it.
     pub map: RefCell<ClusterMap>,
-    leases: RefCell<BTreeMap<OsdId, Duration>>,
+    /// Liveness leases as etcd holds them: OSD → (lease number, expiry).
+    leases: RefCell<BTreeMap<OsdId, (u64, Duration)>>,
+    next_lease: Cell<u64>,
+    /// The manager's rules and timers.
+    manager: RefCell<Manager>,
     reports: RefCell<BTreeMap<OsdId, OsdReport>>,
     /// The OSDs ever created.
     pub osds: RefCell<BTreeMap<OsdId, OsdState>>,
@@ -164,6 +175,8 @@ impl World {
             ctx,
             map: RefCell::new(map),
             leases: RefCell::new(BTreeMap::new()),
+            next_lease: Cell::new(1),
+            manager: RefCell::new(Manager::new(cfg.out_after)),
             reports: RefCell::new(BTreeMap::new()),
             osds: RefCell::new(BTreeMap::new()),
             feeds: RefCell::new(Vec::new()),
@@ -180,7 +193,7 @@ impl World {
             world
                 .leases
                 .borrow_mut()
-                .insert(OsdId(i), world.cfg.lease_ttl);
+                .insert(OsdId(i), (0, world.cfg.lease_ttl));
         }
         world
     }
@@ -202,6 +215,7 @@ impl World {
                 slow: Rc::new(Cell::new(Duration::ZERO)),
                 proc: None,
                 shard: None,
+                maps: None,
                 destroyed: false,
                 etcd_cut_until: Duration::ZERO,
                 slow_until: Duration::ZERO,
@@ -289,7 +303,7 @@ impl World {
     }
 
     /// The OSD process: open the store, serve, and run the daemon's control
-    /// loop (keep the lease, fence when it lapses, report PG states).
+    /// loop with its life cycle.
     async fn osd_main(
         self: Rc<Self>,
         id: OsdId,
@@ -322,8 +336,10 @@ impl World {
             me: id,
             net: self.net.clone(),
         };
-        let shard = Shard::new(id, 0, 1, store, peers);
+        let deadline = LeaseDeadline::fenced(pontoon_rt::now());
+        let shard = Shard::new(id, 0, 1, store, peers, deadline);
         shard.break_replication_for_tests(self.broken);
+        shard.start_heartbeats();
         self.net.endpoints.borrow_mut().insert(
             id,
             Endpoint {
@@ -334,67 +350,56 @@ impl World {
         let objects = shard.store().list().len();
         self.ctx
             .log(format!("{id} up: store open with {objects} objects"));
-        // As the daemon does: a life that may follow another one still in
-        // some acting set waits until the manager has taken it out.
-        let give_up = self.ctx.exec.elapsed() + self.cfg.lease_ttl + Duration::from_secs(30);
-        let mut waited = false;
-        let first_life = self.lived.borrow_mut().insert(id);
-        while !first_life
-            && in_any_interval(&self.map.borrow(), id)
-            && self.ctx.exec.elapsed() < give_up
-        {
-            waited = true;
-            pontoon_rt::sleep(Duration::from_millis(100)).await;
-        }
-        if waited {
-            self.ctx
-                .log(format!("{id} seen down: its new life joins new intervals"));
-        }
-        // Maps flow to the shard from here on, as the daemon sends them only
-        // once its lease is taken.
+        let (tx, rx) = mpsc::unbounded();
         if let Some(s) = self.osds.borrow_mut().get_mut(&id) {
             s.shard = Some(shard.clone());
+            s.maps = Some(tx);
         }
-        shard.apply_map(Rc::new(shard_map(&self.map.borrow())));
-        let ttl = self.cfg.lease_ttl;
-        let mut valid_until = Duration::ZERO;
-        let mut fenced = false;
-        loop {
-            let now = self.ctx.exec.elapsed();
-            let cut = self
-                .osds
-                .borrow()
-                .get(&id)
-                .is_some_and(|s| now < s.etcd_cut_until);
-            if !cut {
-                self.leases.borrow_mut().insert(id, now + ttl);
-                valid_until = now + ttl;
+        // A first life has no predecessor (the simulated cluster boots
+        // with every OSD in its acting sets before any holds a lease).
+        let first_life = self.lived.borrow_mut().insert(id);
+        let first = Arc::new(self.map.borrow().clone());
+        let mut source = SimSource {
+            world: self.clone(),
+            id,
+            maps: rx,
+            lease: None,
+        };
+        let shards = SimShards { shard };
+        let exit = control::run(id, !first_life, first, &mut source, &shards, || false).await;
+        match exit {
+            Exit::Stopped => {}
+            Exit::Failed(why) | Exit::SourceLost(why) => {
+                self.ctx.log(format!("{id} exits: {why}"));
+                let w = self.clone();
+                self.ctx.exec.spawn_on(WORLD, async move { w.exit_osd(id) });
             }
-            let valid = now < valid_until;
-            if valid == fenced {
-                fenced = !valid;
-                shard.set_fenced(fenced);
-                self.ctx.log(format!(
-                    "{id} {}",
-                    if fenced {
-                        "lease lapsed: fenced"
-                    } else {
-                        "lease held again: unfenced"
-                    }
-                ));
-            }
-            if !fenced {
-                let report = OsdReport {
-                    osd: id,
-                    epoch: shard.map().epoch,
-                    pgs: pg_reports(&shard.pg_status()),
-                    used_bytes: 0,
-                    capacity_bytes: 0,
-                };
-                self.reports.borrow_mut().insert(id, report);
-            }
-            pontoon_rt::sleep(self.cfg.tick).await;
         }
+    }
+
+    /// The OSD process ended by itself (after giving up its lease): its
+    /// disk keeps everything, as on a clean exit.
+    fn exit_osd(&self, id: OsdId) {
+        let proc = {
+            let mut osds = self.osds.borrow_mut();
+            let Some(s) = osds.get_mut(&id) else { return };
+            s.shard = None;
+            s.maps = None;
+            s.proc.take()
+        };
+        if let Some(proc) = proc {
+            self.ctx.exec.kill(proc);
+        }
+        self.net.endpoints.borrow_mut().remove(&id);
+    }
+
+    /// Whether OSD `id` is cut from etcd now.
+    fn etcd_cut(&self, id: OsdId) -> bool {
+        let now = self.ctx.exec.elapsed();
+        self.osds
+            .borrow()
+            .get(&id)
+            .is_some_and(|s| now < s.etcd_cut_until)
     }
 
     /// Kills OSD `id`'s process; its disk keeps each unflushed sector with
@@ -409,6 +414,9 @@ impl World {
         let Some(proc) = proc else { return };
         self.ctx.exec.kill(proc);
         self.net.endpoints.borrow_mut().remove(&id);
+        if let Some(s) = self.osds.borrow_mut().get_mut(&id) {
+            s.maps = None;
+        }
         let mut osds = self.osds.borrow_mut();
         let Some(s) = osds.get_mut(&id) else { return };
         let cached = s.mem.cached_sectors();
@@ -438,7 +446,7 @@ impl World {
         self.add_disk(new);
         self.leases
             .borrow_mut()
-            .insert(new, self.ctx.exec.elapsed() + self.cfg.lease_ttl);
+            .insert(new, (0, self.ctx.exec.elapsed() + self.cfg.lease_ttl));
         self.ctx.note(Fault::Replace);
         self.ctx
             .log(format!("REPLACE {id} (destroyed) by new empty {new}"));
@@ -506,7 +514,7 @@ impl World {
         self.leases
             .borrow()
             .iter()
-            .filter(|(_, until)| **until > now)
+            .filter(|(_, (_, until))| *until > now)
             .map(|(id, _)| *id)
             .collect()
     }
@@ -526,8 +534,10 @@ impl World {
         let mut m = self.map.borrow().clone();
         m.alive = alive.clone();
         m.epoch = Epoch(m.epoch.0 + 1);
-        let now = UNIX_BASE + self.ctx.exec.elapsed().as_secs();
-        match pontoon_mgr::decide(&mut m, &reports, now, self.cfg.out_after) {
+        let unix = UNIX_BASE + self.ctx.exec.elapsed().as_secs();
+        let now = pontoon_rt::now();
+        let decided = self.manager.borrow_mut().pass(&mut m, &reports, now, unix);
+        match decided {
             Ok(d) if !d.is_empty() => {
                 for x in &d {
                     self.ctx.log(format!("mgr @{}: {x}", m.epoch));
@@ -559,21 +569,20 @@ impl World {
                 ));
             }
         }
-        let view = Rc::new(shard_map(&m));
-        let shards: Vec<(ProcId, Rc<SimShard>)> = self
+        let m = Arc::new(m);
+        let osds: Vec<(ProcId, mpsc::UnboundedSender<Arc<ClusterMap>>)> = self
             .osds
             .borrow()
             .values()
-            .filter_map(|s| Some((s.proc?, s.shard.clone()?)))
+            .filter_map(|s| Some((s.proc?, s.maps.clone()?)))
             .collect();
-        for (proc, shard) in shards {
-            let (view, delay) = (view.clone(), self.map_delay());
+        for (proc, tx) in osds {
+            let (m, delay) = (m.clone(), self.map_delay());
             self.ctx.exec.spawn_on(proc, async move {
                 pontoon_rt::sleep(delay).await;
-                shard.apply_map(view);
+                let _ = tx.unbounded_send(m);
             });
         }
-        let m = Arc::new(m);
         for (proc, feed) in self.feeds.borrow().iter() {
             let (m, feed, delay) = (m.clone(), feed.clone(), self.map_delay());
             self.ctx.exec.spawn_on(*proc, async move {
@@ -609,11 +618,10 @@ impl World {
                 out.push(format!("pg {pg}: acting {:?} is short", rec.acting));
                 continue;
             }
-            if let Some(o) = rec
-                .acting
-                .iter()
-                .find(|o| osds.get(o).is_none_or(|s| s.shard.is_none()))
-            {
+            if let Some(o) = rec.acting.iter().find(|o| {
+                osds.get(o)
+                    .is_none_or(|s| s.shard.as_ref().is_none_or(|sh| sh.is_fenced()))
+            }) {
                 out.push(format!("pg {pg}: acting member {o} is not serving yet"));
                 continue;
             }
@@ -669,5 +677,170 @@ fn osd_record(id: OsdId, cfg: &Config) -> OsdRecord {
         device_bytes: cfg.disk_bytes,
         in_cluster: true,
         down_since_unix: None,
+        reported_down: false,
+    }
+}
+
+/// A lease the simulated etcd granted, as its holder sees it: its number
+/// and the end of its validity, kept up by a keepalive task in the OSD's
+/// process (`None` once lost or given up, which also ends the task).
+struct SimLease {
+    number: u64,
+    valid_until: Rc<Cell<Option<Instant>>>,
+}
+
+/// An OSD's [`MapSource`] in the simulated cluster: maps from its mailbox
+/// (each after its own delay), leases and reports in [`World`], unreachable
+/// while the OSD is cut from etcd.
+struct SimSource {
+    world: Rc<World>,
+    id: OsdId,
+    maps: mpsc::UnboundedReceiver<Arc<ClusterMap>>,
+    lease: Option<SimLease>,
+}
+
+impl MapSource for SimSource {
+    async fn next_map(&mut self, until: Instant) -> Result<Option<Arc<ClusterMap>>, String> {
+        let wait = until.saturating_duration_since(pontoon_rt::now());
+        match pontoon_rt::timeout(wait, self.maps.next()).await {
+            None => Ok(None),
+            Some(None) => Err("the map mailbox closed".into()),
+            Some(Some(first)) => {
+                // Maps arrive out of order: take the newest queued.
+                let mut newest = first;
+                while let Ok(m) = self.maps.try_recv() {
+                    if m.epoch > newest.epoch {
+                        newest = m;
+                    }
+                }
+                Ok(Some(newest))
+            }
+        }
+    }
+
+    async fn clear_previous_life(&mut self) -> Result<bool, String> {
+        if self.world.etcd_cut(self.id) {
+            return Err("etcd unreachable".into());
+        }
+        let now = self.world.ctx.exec.elapsed();
+        let old = self.world.leases.borrow_mut().remove(&self.id);
+        Ok(old.is_some_and(|(_, until)| until > now))
+    }
+
+    async fn take_lease(&mut self) -> Result<(Epoch, Instant), String> {
+        if self.world.etcd_cut(self.id) {
+            return Err("etcd unreachable".into());
+        }
+        let w = &self.world;
+        let ttl = w.cfg.lease_ttl;
+        let number = w.next_lease.get();
+        w.next_lease.set(number + 1);
+        w.leases
+            .borrow_mut()
+            .insert(self.id, (number, w.ctx.exec.elapsed() + ttl));
+        let valid_until = pontoon_rt::now() + ttl - margin(ttl);
+        let cell = Rc::new(Cell::new(Some(valid_until)));
+        if let Some(old) = self.lease.replace(SimLease {
+            number,
+            valid_until: cell.clone(),
+        }) {
+            old.valid_until.set(None);
+        }
+        pontoon_rt::spawn(keep_alive(w.clone(), self.id, number, cell));
+        Ok((w.map.borrow().epoch, valid_until))
+    }
+
+    fn lease_valid_until(&self) -> Option<Instant> {
+        let now = pontoon_rt::now();
+        self.lease
+            .as_ref()
+            .and_then(|l| l.valid_until.get())
+            .filter(|v| *v > now)
+    }
+
+    async fn give_up_lease(&mut self) {
+        let Some(lease) = self.lease.take() else {
+            return;
+        };
+        lease.valid_until.set(None);
+        if self.world.etcd_cut(self.id) {
+            return;
+        }
+        let mut leases = self.world.leases.borrow_mut();
+        if leases
+            .get(&self.id)
+            .is_some_and(|(n, _)| *n == lease.number)
+        {
+            leases.remove(&self.id);
+        }
+    }
+
+    async fn put_report(&mut self, report: &OsdReport) -> Result<(), String> {
+        if self.world.etcd_cut(self.id) {
+            return Err("etcd unreachable".into());
+        }
+        self.world
+            .reports
+            .borrow_mut()
+            .insert(self.id, report.clone());
+        Ok(())
+    }
+
+    fn now(&self) -> Instant {
+        pontoon_rt::now()
+    }
+}
+
+/// Renews lease `number` of `id` as the daemon's keepalive task does: every
+/// tenth of the TTL, and 200 ms after a failure (etcd cut off); gives up
+/// when etcd no longer holds the lease.
+async fn keep_alive(world: Rc<World>, id: OsdId, number: u64, valid: Rc<Cell<Option<Instant>>>) {
+    let ttl = world.cfg.lease_ttl;
+    let mut pause = renew_period(ttl);
+    loop {
+        pontoon_rt::sleep(pause).await;
+        if valid.get().is_none() {
+            return;
+        }
+        if world.etcd_cut(id) {
+            pause = RETRY_AFTER_FAILURE;
+            continue;
+        }
+        pause = renew_period(ttl);
+        let now = world.ctx.exec.elapsed();
+        let mut leases = world.leases.borrow_mut();
+        match leases.get_mut(&id) {
+            Some((n, until)) if *n == number && *until > now => {
+                *until = now + ttl;
+                valid.set(Some(pontoon_rt::now() + ttl - margin(ttl)));
+            }
+            _ => {
+                valid.set(None);
+                return;
+            }
+        }
+    }
+}
+
+/// An OSD's one shard as its control loop drives it.
+struct SimShards {
+    shard: Rc<SimShard>,
+}
+
+impl ShardSet for SimShards {
+    fn apply_map(&self, map: &Arc<ClusterMap>) {
+        self.shard.apply_map(Rc::new(shard_map(map)));
+    }
+
+    fn set_deadline(&self, until: Option<Instant>) {
+        self.shard.deadline().set(until);
+    }
+
+    async fn reports(&self) -> Result<Vec<ShardReport>, String> {
+        let r = self.shard.report();
+        match control::trouble(0, &r) {
+            Some(why) => Err(why),
+            None => Ok(vec![r]),
+        }
     }
 }

@@ -860,6 +860,12 @@ impl<D: BlockDevice> Store<D> {
         }
     }
 
+    /// Why the store stopped accepting writes (a device write failed), if
+    /// it did. It stays so until reopened.
+    pub fn failure(&self) -> Option<String> {
+        self.inner.st.borrow().failed.clone()
+    }
+
     /// A snapshot of counters and space.
     pub fn stats(&self) -> StoreStats {
         let st = self.inner.st.borrow();
