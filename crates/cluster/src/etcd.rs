@@ -35,26 +35,97 @@ pub const OP_TIMEOUT: Duration = Duration::from_secs(10);
 pub const UPDATE_ATTEMPTS: u32 = 16;
 /// Largest etcd response accepted (a full map of many large pools).
 const MAX_MESSAGE: usize = 256 << 20;
+/// How long a watch may stay quiet before the watcher checks, with a
+/// linearizable read, that its member still serves the current map.
+const WATCH_CHECK: Duration = Duration::from_secs(2);
 /// How long the watcher lets a burst of changes settle before reloading.
 const WATCH_COALESCE: Duration = Duration::from_millis(20);
 /// Longest pause between attempts to re-establish a broken watch.
 const WATCH_BACKOFF_MAX: Duration = Duration::from_secs(2);
+/// How long moving to another etcd member may take per member.
+const FAILOVER_CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 /// How long a fresh connection for a lease renewal may take to open.
 const FRESH_CONNECT_TIMEOUT: Duration = Duration::from_millis(800);
 /// Most shards (listening addresses) one OSD may register.
 pub const MAX_SHARDS: usize = 1024;
 
-/// Runs one etcd request with [`OP_TIMEOUT`], naming it in errors.
-pub(crate) async fn call<T>(
-    op: &'static str,
-    fut: impl Future<Output = Result<T, etcd_client::Error>>,
-) -> Result<T, ClusterError> {
-    match timeout(OP_TIMEOUT, fut).await {
-        Ok(Ok(v)) => Ok(v),
-        Ok(Err(source)) => Err(ClusterError::Etcd { op, source }),
-        Err(_) => Err(ClusterError::Unavailable(format!(
-            "no answer to {op} within {OP_TIMEOUT:?}"
-        ))),
+/// Whether an etcd error says the member did not serve the request (it is
+/// down, cut off, or without a leader), so another member may.
+fn member_failed(e: &etcd_client::Error) -> bool {
+    match e {
+        etcd_client::Error::TransportError(_) | etcd_client::Error::IoError(_) => true,
+        etcd_client::Error::GRpcStatus(s) => matches!(
+            s.code(),
+            tonic::Code::Unavailable | tonic::Code::DeadlineExceeded | tonic::Code::Unknown
+        ),
+        _ => false,
+    }
+}
+
+/// The connection to one etcd member at a time, moved to the next member
+/// when the current one fails. One member per client rather than a
+/// balanced channel over all of them: a balanced channel kept sending half
+/// of the requests to a member that was gone.
+struct Conn {
+    endpoints: Vec<String>,
+    current: std::sync::Mutex<(usize, Client)>,
+}
+
+impl Conn {
+    fn current(&self) -> (usize, Client) {
+        match self.current.lock() {
+            Ok(c) => c.clone(),
+            Err(poisoned) => poisoned.into_inner().clone(),
+        }
+    }
+
+    /// After member `failed` failed: connects to the next members in turn
+    /// (bounded), and uses the first that answers. Another caller may have
+    /// moved on already; then nothing is done.
+    async fn fail_over(&self, failed: usize) {
+        let n = self.endpoints.len();
+        for step in 1..=n {
+            if self.current().0 != failed {
+                return;
+            }
+            let i = (failed + step) % n;
+            if let Ok(client) = connect_member(&self.endpoints[i], FAILOVER_CONNECT_TIMEOUT).await {
+                let mut cur = match self.current.lock() {
+                    Ok(c) => c,
+                    Err(poisoned) => poisoned.into_inner(),
+                };
+                if cur.0 == failed {
+                    tracing::info!(from = %self.endpoints[failed], to = %self.endpoints[i], "etcd: moving to another member");
+                    *cur = (i, client);
+                }
+                return;
+            }
+        }
+    }
+}
+
+/// A client of the one member at `endpoint`, once it answers a read
+/// within `within` (a member without a leader refuses it).
+async fn connect_member(endpoint: &str, within: Duration) -> Result<Client, String> {
+    let options = ConnectOptions::new()
+        .with_connect_timeout(within)
+        .with_keep_alive(Duration::from_secs(5), Duration::from_secs(5))
+        .with_keep_alive_while_idle(true)
+        .with_require_leader(true);
+    let attempt = async {
+        let client = Client::connect([endpoint], Some(options))
+            .await
+            .map_err(|e| e.to_string())?;
+        client
+            .kv_client()
+            .get("/pontoon/", Some(GetOptions::new().with_count_only()))
+            .await
+            .map_err(|e| e.to_string())?;
+        Ok::<_, String>(client)
+    };
+    match timeout(within, attempt).await {
+        Ok(r) => r,
+        Err(_) => Err(format!("no answer within {within:?}")),
     }
 }
 
@@ -103,7 +174,7 @@ struct Loaded {
 /// connection); every method is safe to call concurrently.
 #[derive(Clone)]
 pub struct MapStore {
-    client: Client,
+    conn: Arc<Conn>,
     cluster: String,
     prefix: String,
     endpoints: String,
@@ -121,9 +192,10 @@ impl std::fmt::Debug for MapStore {
 
 impl MapStore {
     /// Connects to etcd at `endpoints` (`host:port` or `http://host:port`)
-    /// for the cluster named `cluster`, and checks that etcd answers within
-    /// [`CONNECT_TIMEOUT`]: an unreachable etcd is reported here, not at
-    /// the first operation.
+    /// for the cluster named `cluster`: to the first member, in order, that
+    /// answers within [`CONNECT_TIMEOUT`]. An unreachable etcd is reported
+    /// here, not at the first operation. Requests go to that member until
+    /// it fails, then to the next that answers.
     pub async fn connect(endpoints: &[String], cluster: &str) -> Result<Self, ClusterError> {
         if !is_valid_name(cluster) {
             return Err(ClusterError::InvalidArgument(format!(
@@ -137,43 +209,33 @@ impl MapStore {
             ));
         }
         let joined = endpoints.join(",");
-        let options = ConnectOptions::new()
-            .with_connect_timeout(CONNECT_TIMEOUT)
-            .with_keep_alive(Duration::from_secs(5), Duration::from_secs(5))
-            .with_keep_alive_while_idle(true);
-        let client = match timeout(CONNECT_TIMEOUT, Client::connect(endpoints, Some(options))).await
-        {
-            Ok(Ok(c)) => c,
-            Ok(Err(e)) => {
-                return Err(ClusterError::Unavailable(format!(
-                    "cannot connect to etcd at {joined}: {e}"
-                )));
+        let mut why = Vec::new();
+        let mut found = None;
+        for (i, ep) in endpoints.iter().enumerate() {
+            match connect_member(ep, CONNECT_TIMEOUT).await {
+                Ok(client) => {
+                    found = Some((i, client));
+                    break;
+                }
+                Err(e) => why.push(format!("{ep}: {e}")),
             }
-            Err(_) => {
-                return Err(ClusterError::Unavailable(format!(
-                    "cannot connect to etcd at {joined} within {CONNECT_TIMEOUT:?}"
-                )));
-            }
+        }
+        let Some(current) = found else {
+            return Err(ClusterError::Unavailable(format!(
+                "cannot reach etcd at {joined}: {}",
+                why.join("; ")
+            )));
         };
-        let store = MapStore {
-            client,
+        Ok(MapStore {
+            conn: Arc::new(Conn {
+                endpoints: endpoints.to_vec(),
+                current: std::sync::Mutex::new(current),
+            }),
             cluster: cluster.to_string(),
             prefix: format!("/pontoon/{cluster}/"),
             endpoints: joined,
             endpoint_list: Arc::new(endpoints.to_vec()),
-        };
-        let mut kv = store.kv();
-        match timeout(CONNECT_TIMEOUT, kv.get(store.key(EPOCH), None)).await {
-            Ok(Ok(_)) => Ok(store),
-            Ok(Err(e)) => Err(ClusterError::Unavailable(format!(
-                "etcd at {} did not answer: {e}",
-                store.endpoints
-            ))),
-            Err(_) => Err(ClusterError::Unavailable(format!(
-                "etcd at {} did not answer within {CONNECT_TIMEOUT:?}",
-                store.endpoints
-            ))),
-        }
+        })
     }
 
     /// The cluster's name.
@@ -192,7 +254,41 @@ impl MapStore {
     }
 
     pub(crate) fn client(&self) -> Client {
-        self.client.clone()
+        self.conn.current().1
+    }
+
+    /// Runs one etcd request built by `f` on the current member's client,
+    /// naming it in errors; if that member does not serve it (down, cut
+    /// off, without a leader, or silent for [`OP_TIMEOUT`]), moves to the
+    /// next member and tries there, once per member.
+    pub(crate) async fn run<T, F, Fut>(&self, op: &'static str, mut f: F) -> Result<T, ClusterError>
+    where
+        F: FnMut(Client) -> Fut,
+        Fut: Future<Output = Result<T, etcd_client::Error>>,
+    {
+        let mut last = None;
+        for _ in 0..self.conn.endpoints.len().max(1) {
+            let (member, client) = self.conn.current();
+            match timeout(OP_TIMEOUT, f(client)).await {
+                Ok(Ok(v)) => return Ok(v),
+                Ok(Err(source)) if !member_failed(&source) => {
+                    return Err(ClusterError::Etcd { op, source });
+                }
+                Ok(Err(source)) => last = Some(ClusterError::Etcd { op, source }),
+                Err(_) => {
+                    last = Some(ClusterError::Unavailable(format!(
+                        "no answer to {op} within {OP_TIMEOUT:?}"
+                    )));
+                }
+            }
+            self.conn.fail_over(member).await;
+        }
+        Err(last.unwrap_or_else(|| ClusterError::Unavailable(format!("{op}: no etcd member"))))
+    }
+
+    /// Moves to the next etcd member if the current one is `member`.
+    async fn fail_over_from(&self, member: usize) {
+        self.conn.fail_over(member).await;
     }
 
     /// A new connection of its own to one endpoint (`attempt` modulo their
@@ -203,30 +299,33 @@ impl MapStore {
         let ep = self.endpoint_list[attempt % n].clone();
         let options = ConnectOptions::new()
             .with_connect_timeout(FRESH_CONNECT_TIMEOUT)
-            .with_keep_alive(Duration::from_secs(5), Duration::from_secs(5));
+            .with_keep_alive(Duration::from_secs(5), Duration::from_secs(5))
+            .with_require_leader(true);
         Client::connect([ep], Some(options)).await
     }
 
     /// The map's epoch as etcd holds it now (a linearizable read).
     pub async fn epoch(&self) -> Result<Epoch, ClusterError> {
-        let mut kv = self.kv();
-        let resp = call("read the map epoch", kv.get(self.key(EPOCH), None)).await?;
+        let key = self.key(EPOCH);
+        let resp = self
+            .run("read the map epoch", |c| {
+                let key = key.clone();
+                async move { kv_of(&c).get(key, None).await }
+            })
+            .await?;
         match resp.kvs().first() {
             None => Ok(Epoch(0)),
             Some(kv) => keys::decode_epoch(kv.value()),
         }
     }
 
-    fn kv(&self) -> KvClient {
-        self.client
-            .kv_client()
-            .max_decoding_message_size(MAX_MESSAGE)
-    }
-
-    fn watch_client(&self) -> WatchClient {
-        self.client
-            .watch_client()
-            .max_decoding_message_size(MAX_MESSAGE)
+    /// The current member, and a watch client of it.
+    fn watch_client(&self) -> (usize, WatchClient) {
+        let (member, client) = self.conn.current();
+        (
+            member,
+            client.watch_client().max_decoding_message_size(MAX_MESSAGE),
+        )
     }
 
     /// Strips the prefix from an absolute key.
@@ -251,8 +350,12 @@ impl MapStore {
                 TxnOp::get(self.key(r), opts)
             })
             .collect();
-        let mut kv = self.kv();
-        let resp = call("load the cluster map", kv.txn(Txn::new().and_then(ops))).await?;
+        let resp = self
+            .run("load the cluster map", |c| {
+                let txn = Txn::new().and_then(ops.clone());
+                async move { kv_of(&c).txn(txn).await }
+            })
+            .await?;
         let revision = resp.header().map_or(0, |h| h.revision());
         let mut raw = BTreeMap::new();
         let mut alive = Vec::new();
@@ -324,13 +427,36 @@ impl MapStore {
             let options = WatchOptions::new()
                 .with_prefix()
                 .with_start_revision(revision + 1);
-            let mut wc = self.watch_client();
+            let (member, mut wc) = self.watch_client();
             let stream = timeout(OP_TIMEOUT, wc.watch(self.prefix.clone(), Some(options))).await;
+            let mut member_failed = true;
             if let Ok(Ok(mut stream)) = stream {
                 loop {
                     let msg = tokio::select! {
                         _ = tx.closed() => return,
-                        m = stream.message() => m,
+                        m = stream.message() => Some(m),
+                        _ = sleep(WATCH_CHECK) => None,
+                    };
+                    let Some(msg) = msg else {
+                        // Quiet for a while: a member cut off from the
+                        // others keeps a watch open and silent. A
+                        // linearizable read says whether the map moved on.
+                        match self.epoch().await {
+                            Ok(e) if e == tx.borrow().epoch => {}
+                            Ok(_) => {
+                                member_failed = false;
+                                break;
+                            }
+                            Err(e) => {
+                                tracing::debug!(cluster = %self.cluster, "map check failed: {e}");
+                                break;
+                            }
+                        }
+                        if self.conn.current().0 != member {
+                            member_failed = false;
+                            break;
+                        }
+                        continue;
                     };
                     let resp = match msg {
                         Ok(Some(resp)) => resp,
@@ -342,6 +468,7 @@ impl MapStore {
                     };
                     if resp.canceled() || resp.compact_revision() > 0 {
                         tracing::debug!(cluster = %self.cluster, reason = resp.cancel_reason(), "map watch cancelled");
+                        member_failed = resp.compact_revision() == 0;
                         break;
                     }
                     pause = Duration::from_millis(50);
@@ -365,7 +492,11 @@ impl MapStore {
                     }
                 }
             }
-            // Broken or never established: catch up, then watch again.
+            // Broken or never established: catch up, then watch again (on
+            // another member if this one failed).
+            if member_failed {
+                self.fail_over_from(member).await;
+            }
             tokio::select! {
                 _ = tx.closed() => return,
                 _ = sleep(pause) => {}
@@ -472,12 +603,12 @@ impl MapStore {
                 when.push(Compare::lease(self.key(LEADER), CompareOp::Equal, lease));
             }
             let n_ops = ops.len();
-            let mut kv = self.kv();
-            let resp = match call(
-                "commit a map update",
-                kv.txn(Txn::new().when(when).and_then(ops)),
-            )
-            .await
+            let resp = match self
+                .run("commit a map update", |c| {
+                    let txn = Txn::new().when(when.clone()).and_then(ops.clone());
+                    async move { kv_of(&c).txn(txn).await }
+                })
+                .await
             {
                 Ok(r) => r,
                 Err(ClusterError::Etcd { source, .. }) if is_too_large(&source) => {
@@ -981,23 +1112,29 @@ impl MapStore {
             key: key.clone(),
             reason: format!("cannot encode: {e}"),
         })?;
-        let mut kv = self.kv();
-        call("store an OSD report", kv.put(self.key(&key), value, None)).await?;
+        let key = self.key(&key);
+        self.run("store an OSD report", |c| {
+            let (key, value) = (key.clone(), value.clone());
+            async move { kv_of(&c).put(key, value, None).await }
+        })
+        .await?;
         Ok(())
     }
 
     /// Every OSD's latest report, by OSD id. A report that cannot be
     /// decoded is skipped with a warning rather than hiding all the others.
     pub async fn reports(&self) -> Result<Vec<OsdReport>, ClusterError> {
-        let mut kv = self.kv();
-        let resp = call(
-            "read OSD reports",
-            kv.get(
-                self.key(keys::REPORTS),
-                Some(GetOptions::new().with_prefix()),
-            ),
-        )
-        .await?;
+        let key = self.key(keys::REPORTS);
+        let resp = self
+            .run("read OSD reports", |c| {
+                let key = key.clone();
+                async move {
+                    kv_of(&c)
+                        .get(key, Some(GetOptions::new().with_prefix()))
+                        .await
+                }
+            })
+            .await?;
         let mut out = Vec::new();
         for kv in resp.kvs() {
             match serde_json::from_slice::<OsdReport>(kv.value()) {
@@ -1014,8 +1151,7 @@ impl MapStore {
 
     /// The name of the active manager, if one holds the leader key.
     pub async fn leader(&self) -> Result<Option<String>, ClusterError> {
-        let mut kv = self.kv();
-        let resp = call("read the manager leader", kv.get(self.key(LEADER), None)).await?;
+        let resp = self.leader_key().await?;
         Ok(resp
             .kvs()
             .first()
@@ -1024,10 +1160,23 @@ impl MapStore {
 
     /// The lease holding the leader key, if any.
     async fn leader_lease(&self) -> Result<Option<i64>, ClusterError> {
-        let mut kv = self.kv();
-        let resp = call("read the manager leader", kv.get(self.key(LEADER), None)).await?;
+        let resp = self.leader_key().await?;
         Ok(resp.kvs().first().map(|kv| kv.lease()))
     }
+
+    async fn leader_key(&self) -> Result<etcd_client::GetResponse, ClusterError> {
+        let key = self.key(LEADER);
+        self.run("read the manager leader", |c| {
+            let key = key.clone();
+            async move { kv_of(&c).get(key, None).await }
+        })
+        .await
+    }
+}
+
+/// A KV client of `c` that accepts the largest map.
+fn kv_of(c: &Client) -> KvClient {
+    c.kv_client().max_decoding_message_size(MAX_MESSAGE)
 }
 
 /// Whether etcd refused a transaction for its size or operation count.

@@ -25,8 +25,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use etcd_client::{
-    Client, Compare, CompareOp, LeaseKeepAliveStream, LeaseKeeper, PutOptions, Txn, TxnOp,
-    WatchOptions,
+    Compare, CompareOp, LeaseKeepAliveStream, LeaseKeeper, PutOptions, Txn, TxnOp, WatchOptions,
 };
 use pontoon_types::OsdId;
 use tokio::sync::oneshot;
@@ -34,7 +33,7 @@ use tokio::task::JoinHandle;
 use tokio::time::{sleep, timeout};
 
 use crate::ClusterError;
-use crate::etcd::{MapStore, OP_TIMEOUT, call, unix_now};
+use crate::etcd::{MapStore, OP_TIMEOUT, unix_now};
 use crate::keys::{self, LEADER};
 
 /// Shortest lease TTL accepted, in seconds (etcd's own minimum is about 1.5 s).
@@ -119,7 +118,7 @@ struct KeptLease {
     validity: Arc<Validity>,
     stop: Option<oneshot::Sender<()>>,
     task: Option<JoinHandle<()>>,
-    client: Client,
+    store: MapStore,
     revoked: bool,
 }
 
@@ -130,10 +129,13 @@ impl KeptLease {
                 "lease TTL {ttl_secs} s must be between {MIN_TTL_SECS} and {MAX_TTL_SECS} s"
             )));
         }
-        let mut client = store.client();
         let sent = Instant::now();
         // The bound above keeps the TTL far inside i64.
-        let resp = call("grant a lease", client.lease_grant(ttl_secs as i64, None)).await?;
+        let resp = store
+            .run("grant a lease", |mut c| async move {
+                c.lease_grant(ttl_secs as i64, None).await
+            })
+            .await?;
         let id = resp.id();
         // etcd may raise a TTL below its minimum; trust what it granted.
         let ttl = Duration::from_secs(resp.ttl().max(1).unsigned_abs());
@@ -143,10 +145,15 @@ impl KeptLease {
             paused: AtomicBool::new(false),
         });
         validity.extend_to(sent + ttl - margin(ttl));
-        let (keeper, stream) = match call("keep a lease alive", client.lease_keep_alive(id)).await {
+        let opened = store
+            .run("keep a lease alive", |mut c| async move {
+                c.lease_keep_alive(id).await
+            })
+            .await;
+        let (keeper, stream) = match opened {
             Ok(ks) => ks,
             Err(e) => {
-                let _ = timeout(OP_TIMEOUT, client.lease_revoke(id)).await;
+                let _ = revoke(store, id).await;
                 return Err(e);
             }
         };
@@ -166,7 +173,7 @@ impl KeptLease {
             validity,
             stop: Some(stop_tx),
             task: Some(task),
-            client,
+            store: store.clone(),
             revoked: false,
         })
     }
@@ -188,16 +195,27 @@ impl KeptLease {
             return Ok(());
         }
         self.revoked = true;
-        match call("revoke a lease", self.client.lease_revoke(self.id)).await {
-            Ok(_) => Ok(()),
-            // Already expired: its keys are gone, which is what was wanted.
-            Err(ClusterError::Etcd { source, .. })
-                if source.to_string().contains("lease not found") =>
-            {
-                Ok(())
-            }
-            Err(e) => Err(e),
+        revoke(&self.store, self.id).await.map(|_| ())
+    }
+}
+
+/// Revokes lease `id`, deleting its keys. Whether it still existed (one
+/// that expired meanwhile is gone, which is what was wanted).
+async fn revoke(store: &MapStore, id: i64) -> Result<bool, ClusterError> {
+    match store
+        .run(
+            "revoke a lease",
+            |mut c| async move { c.lease_revoke(id).await },
+        )
+        .await
+    {
+        Ok(_) => Ok(true),
+        Err(ClusterError::Etcd { source, .. })
+            if source.to_string().contains("lease not found") =>
+        {
+            Ok(false)
         }
+        Err(e) => Err(e),
     }
 }
 
@@ -212,10 +230,10 @@ impl Drop for KeptLease {
         self.validity.mark_lost();
         // Best effort: revoke now rather than let the keys linger a TTL.
         if let Ok(rt) = tokio::runtime::Handle::try_current() {
-            let mut client = self.client.clone();
+            let store = self.store.clone();
             let id = self.id;
             rt.spawn(async move {
-                let _ = timeout(OP_TIMEOUT, client.lease_revoke(id)).await;
+                let _ = timeout(OP_TIMEOUT, revoke(&store, id)).await;
             });
         }
     }
@@ -342,12 +360,13 @@ impl OsdLease {
     /// Grants a lease of `ttl_secs`, marks `osd` alive with it, and keeps
     /// it alive from a tokio task. The OSD must be registered.
     pub async fn start(store: &MapStore, osd: OsdId, ttl_secs: u64) -> Result<Self, ClusterError> {
-        let mut kv = store.client().kv_client();
-        let rec = call(
-            "look up an OSD",
-            kv.get(store.key(&keys::osd_key(osd)), None),
-        )
-        .await?;
+        let rec_key = store.key(&keys::osd_key(osd));
+        let rec = store
+            .run("look up an OSD", |c| {
+                let key = rec_key.clone();
+                async move { c.kv_client().get(key, None).await }
+            })
+            .await?;
         if rec.kvs().is_empty() {
             return Err(ClusterError::NotFound {
                 kind: "osd",
@@ -356,15 +375,18 @@ impl OsdLease {
         }
         let mut lease = KeptLease::grant(store, ttl_secs).await?;
         let value = format!(r#"{{"lease":{},"since_unix":{}}}"#, lease.id, unix_now());
-        let put = call(
-            "mark an OSD alive",
-            kv.put(
-                store.key(&keys::alive_key(osd)),
-                value,
-                Some(PutOptions::new().with_lease(lease.id)),
-            ),
-        )
-        .await;
+        let alive_key = store.key(&keys::alive_key(osd));
+        let lease_id = lease.id;
+        let put = store
+            .run("mark an OSD alive", |c| {
+                let (key, value) = (alive_key.clone(), value.clone());
+                async move {
+                    c.kv_client()
+                        .put(key, value, Some(PutOptions::new().with_lease(lease_id)))
+                        .await
+                }
+            })
+            .await;
         if let Err(e) = put {
             let _ = lease.revoke().await;
             return Err(e);
@@ -378,9 +400,13 @@ impl OsdLease {
     /// for a process that knows the previous life is dead (it holds the
     /// OSD's device exclusively). Returns whether a lease was revoked.
     pub async fn clear_previous(store: &MapStore, osd: OsdId) -> Result<bool, ClusterError> {
-        let mut kv = store.client().kv_client();
         let key = store.key(&keys::alive_key(osd));
-        let resp = call("look up an OSD's liveness", kv.get(key.clone(), None)).await?;
+        let resp = store
+            .run("look up an OSD's liveness", |c| {
+                let key = key.clone();
+                async move { c.kv_client().get(key, None).await }
+            })
+            .await?;
         let Some(found) = resp.kvs().first() else {
             return Ok(false);
         };
@@ -388,16 +414,7 @@ impl OsdLease {
         if lease == 0 {
             return Ok(false);
         }
-        let mut client = store.client();
-        match call("revoke a previous life's lease", client.lease_revoke(lease)).await {
-            Ok(_) => Ok(true),
-            Err(ClusterError::Etcd { source, .. })
-                if source.to_string().contains("lease not found") =>
-            {
-                Ok(false)
-            }
-            Err(e) => Err(e),
-        }
+        revoke(store, lease).await
     }
 
     /// End of the lease's validity by the local clock; `None` once it is
@@ -497,7 +514,6 @@ impl Leadership {
         }
         let key = store.key(LEADER);
         let mut lease = KeptLease::grant(store, ttl_secs).await?;
-        let mut kv = store.client().kv_client();
         loop {
             if !lease.is_valid() {
                 let _ = lease.revoke().await;
@@ -510,7 +526,12 @@ impl Leadership {
                     name,
                     Some(PutOptions::new().with_lease(lease.id)),
                 )]);
-            let resp = call("campaign for manager leader", kv.txn(txn)).await?;
+            let resp = store
+                .run("campaign for manager leader", |c| {
+                    let txn = txn.clone();
+                    async move { c.kv_client().txn(txn).await }
+                })
+                .await?;
             if resp.succeeded() {
                 tracing::info!(name, lease = lease.id, "became manager leader");
                 return Ok(Leadership {

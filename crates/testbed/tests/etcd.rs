@@ -67,13 +67,12 @@ fn a_three_member_etcd_stays_healthy_with_one_member_killed_and_restarted() {
 }
 
 /// With one member killed (its port refuses connections), a map store
-/// given every endpoint should still connect and load every time. It does
-/// not today: etcd-client's balanced channel sends some requests to the
-/// dead endpoint and `MapStore` returns that "tcp connect error" instead
-/// of trying another member (about half the connects and a quarter of the
-/// loads fail). Run with `--ignored` to check a fix.
+/// given every endpoint connects and loads every time: it talks to one
+/// member at a time and moves to the next when one fails (etcd-client's
+/// balanced channel sent about half the connects and a quarter of the
+/// loads to the dead member).
 #[test]
-#[ignore = "product bug: MapStore fails requests routed to a dead etcd endpoint instead of failing over"]
+
 fn a_map_store_with_every_endpoint_works_with_one_member_killed() {
     let (tb, etcd) = three_members("etcd-failover");
     etcd.kill9_member(0);
