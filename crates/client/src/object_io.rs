@@ -10,7 +10,7 @@ use futures::future::LocalBoxFuture;
 
 use pontoon_buf::AlignedBuf;
 use pontoon_cluster::ClusterMap;
-use pontoon_net::{ConnPool, NetError};
+use pontoon_net::{ConnPool, KeepWaiting, NetError};
 use pontoon_proto::{Message, Reply, Role, Status, Target};
 use pontoon_types::ObjectId;
 
@@ -21,6 +21,10 @@ use crate::map_feed::LocalMap;
 pub const OP_TIMEOUT: Duration = Duration::from_secs(60);
 /// How long one attempt may wait for its answer.
 const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(15);
+/// How often an attempt still waiting asks whether the map has moved its
+/// object to another primary or interval (an OSD frozen or cut off never
+/// answers; its PG's next interval is served elsewhere).
+const REROUTE_CHECK: Duration = Duration::from_secs(1);
 /// First and longest pause between attempts.
 const BACKOFF_MIN: Duration = Duration::from_millis(5);
 const BACKOFF_MAX: Duration = Duration::from_millis(500);
@@ -55,16 +59,34 @@ pub enum Wire {
 }
 
 impl Wire {
+    /// One attempt, given up early once `keep` says the answer is no
+    /// longer wanted.
     async fn call(
         &self,
         addr: SocketAddr,
         msg: &Message,
         data: Option<&[u8]>,
         timeout: Duration,
+        keep: &KeepWaiting<'_>,
     ) -> Result<(Message, Option<AlignedBuf>), NetError> {
         match self {
-            Wire::Tcp(pool) => pool.call(addr, msg, data, timeout).await,
-            Wire::Custom(w) => w.call(addr, msg, data, timeout).await,
+            Wire::Tcp(pool) => pool.call_watched(addr, msg, data, timeout, keep).await,
+            Wire::Custom(w) => {
+                let deadline = pontoon_rt::now() + timeout;
+                let mut call = std::pin::pin!(w.call(addr, msg, data, timeout));
+                loop {
+                    let left = deadline.saturating_duration_since(pontoon_rt::now());
+                    if let Some(r) = pontoon_rt::timeout(left.min(keep.every), &mut call).await {
+                        return r;
+                    }
+                    if left <= keep.every {
+                        return Err(NetError::Timeout);
+                    }
+                    if !(keep.still_wanted)() {
+                        return Err(NetError::Abandoned(keep.why));
+                    }
+                }
+            }
         }
     }
 }
@@ -99,7 +121,21 @@ impl Transport {
             match route(&map, oid) {
                 Ok((target, addr)) => {
                     let msg = make(target);
-                    match self.wire.call(addr, &msg, data, ATTEMPT_TIMEOUT).await {
+                    let rerouted = || {
+                        let now = self.map.get();
+                        now.epoch != map.epoch
+                            && route(&now, oid).is_ok_and(|r| r != (target, addr))
+                    };
+                    let keep = KeepWaiting {
+                        every: REROUTE_CHECK,
+                        still_wanted: &|| !rerouted(),
+                        why: "the map moved the object to another primary or interval",
+                    };
+                    match self
+                        .wire
+                        .call(addr, &msg, data, ATTEMPT_TIMEOUT, &keep)
+                        .await
+                    {
                         Ok((Message::Reply(r), d)) if r.status == Status::Ok => return Ok((r, d)),
                         Ok((Message::Reply(r), _)) if r.status.is_retryable() => {
                             last = format!("{:?} from {addr}: {}", r.status, r.message);

@@ -4,7 +4,7 @@
 use std::cell::{Cell, RefCell};
 use std::net::SocketAddr;
 use std::rc::Rc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use compio::net::TcpStream;
 use compio::runtime::JoinHandle;
@@ -93,6 +93,18 @@ impl Drop for PendingGuard<'_> {
     fn drop(&mut self) {
         self.inner.pending.borrow_mut().remove(&self.id);
     }
+}
+
+/// How a caller that may stop wanting an answer says so: asked every
+/// `every` while no answer has come, it answers whether it still wants
+/// one (a client whose map moved the object to another primary does not).
+pub struct KeepWaiting<'a> {
+    /// How often to ask.
+    pub every: Duration,
+    /// Whether the answer is still wanted.
+    pub still_wanted: &'a dyn Fn() -> bool,
+    /// Why it would not be, for the error.
+    pub why: &'static str,
 }
 
 /// Client side: one multiplexed connection to a server.
@@ -221,9 +233,39 @@ impl RpcConn {
         data: Option<OutData<'_>>,
         timeout: Duration,
     ) -> Result<Answer, CallError> {
-        match within(Some(timeout), self.call_inner(msg, data)).await {
-            Some(r) => r,
-            None => Err(CallError::Sent(NetError::Timeout)),
+        self.try_call_watched(msg, data, timeout, None).await
+    }
+
+    /// [`RpcConn::try_call`] whose caller may stop waiting: every
+    /// `keep.every` without an answer it is asked whether it still wants
+    /// one. A call answered within the first period costs no more than an
+    /// unwatched one (one timer).
+    pub(crate) async fn try_call_watched(
+        &self,
+        msg: &Message,
+        data: Option<OutData<'_>>,
+        timeout: Duration,
+        keep: Option<&KeepWaiting<'_>>,
+    ) -> Result<Answer, CallError> {
+        let Some(keep) = keep else {
+            return match within(Some(timeout), self.call_inner(msg, data)).await {
+                Some(r) => r,
+                None => Err(CallError::Sent(NetError::Timeout)),
+            };
+        };
+        let deadline = Instant::now() + timeout;
+        let mut call = std::pin::pin!(self.call_inner(msg, data));
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(CallError::Sent(NetError::Timeout));
+            }
+            if let Some(r) = within(Some(left.min(keep.every)), &mut call).await {
+                return r;
+            }
+            if !(keep.still_wanted)() {
+                return Err(CallError::Sent(NetError::Abandoned(keep.why)));
+            }
         }
     }
 

@@ -108,7 +108,7 @@ use std::time::Duration;
 use pontoon_buf::AlignedBuf;
 use pontoon_proto::{Message, ProtoError};
 
-pub use client::RpcConn;
+pub use client::{KeepWaiting, RpcConn};
 pub use pontoon_proto::Role;
 pub use pool::ConnPool;
 pub use server::{Handler, serve, serve_conn};
@@ -140,6 +140,10 @@ pub enum NetError {
     /// The operation did not complete in time.
     #[error("timed out")]
     Timeout,
+    /// The caller stopped waiting for the answer (see [`KeepWaiting`]);
+    /// like a timeout, it says nothing about the connection.
+    #[error("no longer wanted: {0}")]
+    Abandoned(&'static str),
     /// The server answered the hello with an error.
     #[error("hello refused: {0}")]
     HelloRefused(String),
@@ -159,6 +163,7 @@ impl NetError {
             NetError::Proto(e) => NetError::Proto(e.clone()),
             NetError::Closed => NetError::Closed,
             NetError::Timeout => NetError::Timeout,
+            NetError::Abandoned(why) => NetError::Abandoned(why),
             NetError::HelloRefused(s) => NetError::HelloRefused(s.clone()),
             NetError::TooManyInFlight => NetError::TooManyInFlight,
         }

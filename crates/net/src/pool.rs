@@ -11,7 +11,7 @@ use pontoon_buf::AlignedBuf;
 use pontoon_proto::{Message, Role, Session};
 use rustc_hash::FxHashMap;
 
-use crate::client::{Answer, CallError, RpcConn};
+use crate::client::{Answer, CallError, KeepWaiting, RpcConn};
 use crate::wire::OutData;
 use crate::{Limits, NetError};
 
@@ -118,7 +118,21 @@ impl ConnPool {
         data: Option<&[u8]>,
         timeout: Duration,
     ) -> Result<Answer, NetError> {
-        self.call_with(addr, msg, || data.map(OutData::Slice), timeout)
+        self.call_with(addr, msg, || data.map(OutData::Slice), timeout, None)
+            .await
+    }
+
+    /// [`ConnPool::call`] whose caller may stop waiting (see
+    /// [`KeepWaiting`]); the connection stays, as after a timeout.
+    pub async fn call_watched(
+        &self,
+        addr: SocketAddr,
+        msg: &Message,
+        data: Option<&[u8]>,
+        timeout: Duration,
+        keep: &KeepWaiting<'_>,
+    ) -> Result<Answer, NetError> {
+        self.call_with(addr, msg, || data.map(OutData::Slice), timeout, Some(keep))
             .await
     }
 
@@ -131,8 +145,14 @@ impl ConnPool {
         data: Option<Rc<AlignedBuf>>,
         timeout: Duration,
     ) -> Result<Answer, NetError> {
-        self.call_with(addr, msg, || data.clone().map(OutData::Shared), timeout)
-            .await
+        self.call_with(
+            addr,
+            msg,
+            || data.clone().map(OutData::Shared),
+            timeout,
+            None,
+        )
+        .await
     }
 
     async fn call_with<'a>(
@@ -141,18 +161,19 @@ impl ConnPool {
         msg: &Message,
         data: impl Fn() -> Option<OutData<'a>>,
         timeout: Duration,
+        keep: Option<&KeepWaiting<'_>>,
     ) -> Result<Answer, NetError> {
         let mut retried = false;
         loop {
             let conn = self.get(addr).await?;
-            match conn.try_call(msg, data(), timeout).await {
+            match conn.try_call_watched(msg, data(), timeout, keep).await {
                 Err(CallError::NotSent(NetError::Closed)) if !retried => retried = true,
                 Err(e) => {
                     let e = e.into_inner();
                     // A timeout says nothing about the connection: its
                     // requests still arrive in order. Any other failure
                     // ends it, and only it (not a newer one to `addr`).
-                    if !matches!(e, NetError::Timeout) {
+                    if !matches!(e, NetError::Timeout | NetError::Abandoned(_)) {
                         self.forget(addr, &conn);
                     }
                     return Err(e);
