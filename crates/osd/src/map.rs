@@ -6,7 +6,7 @@
 use std::net::SocketAddr;
 
 use pontoon_types::{Epoch, ObjectId, OsdId, PgId, PoolId};
-use rustc_hash::FxHashMap;
+use rustc_hash::{FxHashMap, FxHashSet};
 
 /// A pool's replication parameters.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -55,6 +55,9 @@ pub struct ShardMap {
     pub pgs: FxHashMap<PgId, PgEntry>,
     /// Listening addresses of each OSD, one per shard.
     pub addrs: FxHashMap<OsdId, Vec<SocketAddr>>,
+    /// OSDs that held their liveness lease when this map was read. One that
+    /// did not is fenced (it stops serving before etcd drops its lease).
+    pub alive: FxHashSet<OsdId>,
 }
 
 impl ShardMap {

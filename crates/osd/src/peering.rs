@@ -8,7 +8,10 @@
 //! old primary can slip a write in afterwards. Every acting member must
 //! answer; of each past interval at least one member must (a write
 //! acknowledged in that interval is on all of its members), else the PG is
-//! incomplete and serves nothing. The highest version of each object is
+//! incomplete and serves nothing. And each past interval's primary must
+//! answer too unless the map shows it without a lease: an old primary
+//! with a lease and an old map would otherwise go on serving reads of its
+//! interval after this one acknowledged newer writes. The highest version of each object is
 //! authoritative; acting members with an older one, or none, are stale for
 //! it. Stale copies are recovered in the background (a few objects at a
 //! time per shard) and on demand before an operation touches the object.
@@ -86,6 +89,7 @@ impl<D: BlockDevice + 'static, P: Peers> Shard<D, P> {
     }
 
     async fn try_peer(self: &Rc<Self>, pg: PgId, generation: u64) -> Result<(), PeerFail> {
+        let map = self.map();
         let (entry, params) = {
             let mut pgs = self.pgs.borrow_mut();
             let p = pgs
@@ -118,6 +122,16 @@ impl<D: BlockDevice + 'static, P: Peers> Shard<D, P> {
             }
         }
         for i in &past {
+            if let Some(p) = i.acting.first()
+                && *p != self.me
+                && map.alive.contains(p)
+                && let Some(Err(why)) = answers.get(p)
+            {
+                return Err(PeerFail::Retry(format!(
+                    "the primary {p} of interval {} holds a lease and has not promised: {why}",
+                    i.interval
+                )));
+            }
             if !i
                 .acting
                 .iter()

@@ -5,6 +5,7 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::rc::Rc;
+use std::sync::Arc;
 use std::sync::mpsc as std_mpsc;
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -35,8 +36,20 @@ pub struct TestOsd {
 
 impl TestOsd {
     /// Starts OSD `id` on the store file `path` (created and formatted with
-    /// `size` bytes when `format`). Panics on failure: test code only.
+    /// `size` bytes when `format`), serving with no lease deadline. Panics
+    /// on failure: test code only.
     pub fn start(id: u32, path: PathBuf, format: Option<u64>) -> TestOsd {
+        Self::start_with_deadline(id, path, format, crate::LeaseDeadline::unbounded())
+    }
+
+    /// [`TestOsd::start`] serving until `deadline` allows no more, which the
+    /// test moves by hand as a control loop would.
+    pub fn start_with_deadline(
+        id: u32,
+        path: PathBuf,
+        format: Option<u64>,
+        deadline: Arc<crate::LeaseDeadline>,
+    ) -> TestOsd {
         let (tx, mut rx) = mpsc::unbounded::<Cmd>();
         let (addr_tx, addr_rx) = std_mpsc::channel();
         let thread = std::thread::spawn(move || {
@@ -53,14 +66,7 @@ impl TestOsd {
                 let (store, bg) = Store::open(dev, None, 0).await.expect("open store");
                 compio::runtime::spawn(bg).detach();
                 let me = OsdId(id);
-                let shard = Shard::new(
-                    me,
-                    0,
-                    1,
-                    store.clone(),
-                    NetPeers::new(me),
-                    crate::LeaseDeadline::unbounded(),
-                );
+                let shard = Shard::new(me, 0, 1, store.clone(), NetPeers::new(me), deadline);
                 let listener = compio::net::TcpListener::bind("127.0.0.1:0")
                     .await
                     .expect("bind");

@@ -26,6 +26,7 @@ pub fn shard_map(map: &ClusterMap) -> ShardMap {
     for (id, o) in &map.osds {
         m.addrs.insert(*id, o.addrs.clone());
     }
+    m.alive.extend(map.alive.iter().copied());
     for (id, pg) in &map.pgs {
         m.pgs.insert(
             *id,
