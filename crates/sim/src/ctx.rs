@@ -39,6 +39,11 @@ pub enum Fault {
     MapDelay,
     /// A client process killed with operations in flight, then started again.
     ClientCrash,
+    /// An OSD process stopped for a while, as by SIGSTOP, then continued.
+    Freeze,
+    /// An OSD's drive failing every write: the OSD gives up and exits, and
+    /// is replaced.
+    DiskFailure,
 }
 
 impl fmt::Display for Fault {

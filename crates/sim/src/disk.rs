@@ -20,12 +20,24 @@ pub struct SimDisk {
     ctx: Rc<Ctx>,
     /// Extra latency per operation while a slow-disk fault lasts.
     pub(crate) slow: Rc<Cell<Duration>>,
+    /// The drive died: every write fails.
+    pub(crate) dead: Rc<Cell<bool>>,
 }
 
 impl SimDisk {
-    /// `mem` with the latency model of `ctx`.
-    pub fn new(mem: MemDevice, ctx: Rc<Ctx>, slow: Rc<Cell<Duration>>) -> Self {
-        Self { mem, ctx, slow }
+    /// `mem` with the latency model of `ctx`, failing writes while `dead`.
+    pub fn new(
+        mem: MemDevice,
+        ctx: Rc<Ctx>,
+        slow: Rc<Cell<Duration>>,
+        dead: Rc<Cell<bool>>,
+    ) -> Self {
+        Self {
+            mem,
+            ctx,
+            slow,
+            dead,
+        }
     }
 
     async fn latency(&self) {
@@ -52,11 +64,17 @@ impl BlockDevice for SimDisk {
         durable: bool,
     ) -> IoResult {
         self.latency().await;
+        if self.dead.get() {
+            return (Err(io::Error::from_raw_os_error(5)), buf);
+        }
         self.mem.write_at(buf, range, pos, durable).await
     }
 
     async fn flush(&self) -> io::Result<()> {
         self.latency().await;
+        if self.dead.get() {
+            return Err(io::Error::from_raw_os_error(5));
+        }
         self.mem.flush().await
     }
 }

@@ -61,6 +61,10 @@ pub(crate) struct Inner {
     next_id: Cell<u64>,
     current: Cell<ProcId>,
     dead: RefCell<BTreeSet<ProcId>>,
+    /// Processes stopped as by SIGSTOP: their tasks wait in `parked`.
+    frozen: RefCell<BTreeSet<ProcId>>,
+    /// Tasks ready to run whose process is frozen.
+    parked: RefCell<BTreeSet<u64>>,
     rng: Rc<RefCell<StdRng>>,
     polls: Cell<u64>,
 }
@@ -100,6 +104,8 @@ impl Executor {
                 next_id: Cell::new(1),
                 current: Cell::new(WORLD),
                 dead: RefCell::new(BTreeSet::new()),
+                frozen: RefCell::new(BTreeSet::new()),
+                parked: RefCell::new(BTreeSet::new()),
                 rng,
                 polls: Cell::new(0),
             }),
@@ -142,6 +148,41 @@ impl Executor {
             ids.into_iter().filter_map(|id| tasks.remove(&id)).collect()
         };
         drop(doomed);
+    }
+
+    /// Stops running `proc`'s tasks, as SIGSTOP does: they keep their state
+    /// and timers, and whatever becomes ready waits until [`Executor::thaw`].
+    pub fn freeze(&self, proc: ProcId) {
+        debug_assert_ne!(proc, WORLD, "the world process is never frozen");
+        self.inner.frozen.borrow_mut().insert(proc);
+        let tasks = self.inner.tasks.borrow();
+        let mut ready = self.inner.ready.borrow_mut();
+        let mut parked = self.inner.parked.borrow_mut();
+        ready.retain(|id| {
+            let keep = tasks.get(id).is_none_or(|t| t.proc != proc);
+            if !keep {
+                parked.insert(*id);
+            }
+            keep
+        });
+    }
+
+    /// Lets a frozen process run again, as SIGCONT does.
+    pub fn thaw(&self, proc: ProcId) {
+        self.inner.frozen.borrow_mut().remove(&proc);
+        let tasks = self.inner.tasks.borrow();
+        let mut ready = self.inner.ready.borrow_mut();
+        self.inner
+            .parked
+            .borrow_mut()
+            .retain(|id| match tasks.get(id) {
+                Some(t) if t.proc == proc => {
+                    ready.insert(*id);
+                    false
+                }
+                Some(_) => true,
+                None => false,
+            });
     }
 
     /// Drops every task (end of a run), so reference cycles through tasks go.
@@ -226,7 +267,16 @@ impl Inner {
                 fut: Some(fut),
             },
         );
-        self.ready.borrow_mut().insert(id);
+        self.make_ready(id, proc);
+    }
+
+    /// Queues task `id` of `proc` to run (or parks it while `proc` is frozen).
+    fn make_ready(&self, id: u64, proc: ProcId) {
+        if self.frozen.borrow().contains(&proc) {
+            self.parked.borrow_mut().insert(id);
+        } else {
+            self.ready.borrow_mut().insert(id);
+        }
     }
 
     fn collect_woken(&self) {
@@ -237,12 +287,15 @@ impl Inner {
         if woken.is_empty() {
             return;
         }
-        let tasks = self.tasks.borrow();
-        let mut ready = self.ready.borrow_mut();
-        for id in woken {
-            if tasks.contains_key(&id) {
-                ready.insert(id);
-            }
+        let procs: Vec<(u64, ProcId)> = {
+            let tasks = self.tasks.borrow();
+            woken
+                .into_iter()
+                .filter_map(|id| tasks.get(&id).map(|t| (id, t.proc)))
+                .collect()
+        };
+        for (id, proc) in procs {
+            self.make_ready(id, proc);
         }
     }
 

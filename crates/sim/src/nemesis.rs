@@ -20,13 +20,15 @@ pub struct Plan {
     pub until: Duration,
     /// Mean pause between faults.
     pub mean_gap: Duration,
-    /// Relative weights of crash, partition, lease expiry, slow disk.
-    pub weights: [u32; 4],
+    /// Relative weights of crash, partition, lease expiry, slow disk, freeze.
+    pub weights: [u32; 5],
     /// Corrupt one block once (exclusive with `replace`: two faults on
     /// the same data are more than replication promises to survive).
     pub corrupt: bool,
     /// Replace one OSD once.
     pub replace: bool,
+    /// Kill one OSD's drive once (the OSD exits; an operator replaces it).
+    pub disk_failure: bool,
     /// Most OSDs down at once.
     pub max_down: usize,
     /// How long a crashed OSD stays down (milliseconds, range).
@@ -38,22 +40,33 @@ pub struct Plan {
 /// Runs the injector until `plan.until`.
 pub async fn nemesis(world: Rc<World>, plan: Plan) {
     let ctx = world.ctx.clone();
-    let (mut corrupted, mut replaced) = (false, false);
+    let (mut corrupted, mut replaced, mut disk_failed) = (false, false, false);
     let gap_ms = plan.mean_gap.as_millis() as u64;
     loop {
         pontoon_rt::sleep(Duration::from_millis(ctx.range(gap_ms / 4, gap_ms * 2))).await;
         if ctx.exec.elapsed() >= plan.until {
             return;
         }
-        if plan.corrupt && !corrupted && ctx.range(0, 20) == 0 && world.stopped().is_empty() {
+        if plan.corrupt && !corrupted && ctx.range(0, 20) == 0 && world.impaired() == 0 {
             corrupted = corrupt_block(&world);
             continue;
         }
-        if plan.replace && !replaced && ctx.range(0, 20) == 0 && world.stopped().is_empty() {
+        if plan.replace && !replaced && ctx.range(0, 20) == 0 && world.impaired() == 0 {
             if let Some(victim) = pick_running(&world) {
                 world.replace_osd(victim);
             }
             replaced = true;
+            continue;
+        }
+        if plan.disk_failure && !disk_failed && ctx.range(0, 20) == 0 && world.impaired() == 0 {
+            if let Some(victim) = pick_running(&world) {
+                world.kill_disk(victim);
+                ctx.note(Fault::DiskFailure);
+                ctx.log(format!(
+                    "DISK FAILURE {victim}: every write fails from now on"
+                ));
+            }
+            disk_failed = true;
             continue;
         }
         let total: u32 = plan.weights.iter().sum();
@@ -74,14 +87,15 @@ pub async fn nemesis(world: Rc<World>, plan: Plan) {
             0 => crash_one(&world, &plan),
             1 => partition(&world),
             2 => lapse_lease(&world),
-            _ => slow_disk(&world),
+            3 => slow_disk(&world),
+            _ => freeze(&world, &plan),
         }
     }
 }
 
 fn crash_one(world: &Rc<World>, plan: &Plan) {
     let ctx = &world.ctx;
-    if world.stopped().len() >= plan.max_down {
+    if world.impaired() >= plan.max_down {
         return;
     }
     let Some(id) = pick_running(world) else {
@@ -156,6 +170,29 @@ fn lapse_lease(world: &Rc<World>) {
     world.cut_etcd(id, dur);
 }
 
+/// Stops a running OSD as SIGSTOP does, and lets it go on 0.5–20 s later.
+fn freeze(world: &Rc<World>, plan: &Plan) {
+    let ctx = &world.ctx;
+    if world.impaired() >= plan.max_down {
+        return;
+    }
+    let Some(id) = pick_running(world) else {
+        return;
+    };
+    if !world.freeze_osd(id) {
+        return;
+    }
+    let dur = Duration::from_millis(ctx.range(500, 20_000));
+    ctx.note(Fault::Freeze);
+    ctx.log(format!("FREEZE {id} for {dur:?}"));
+    let w = world.clone();
+    ctx.exec.spawn_on(WORLD, async move {
+        pontoon_rt::sleep(dur).await;
+        w.thaw_osd(id);
+        w.ctx.log(format!("THAW {id}"));
+    });
+}
+
 fn slow_disk(world: &Rc<World>) {
     let ctx = &world.ctx;
     let Some(id) = pick_running(world) else {
@@ -221,6 +258,7 @@ pub fn heal(world: &Rc<World>) {
     for id in ids {
         world.cut_etcd(id, Duration::ZERO);
         world.slow_disk(id, Duration::ZERO, Duration::ZERO);
+        world.thaw_osd(id);
     }
     world.ctx.log("HEAL: faults stop, every stopped OSD starts");
     for id in world.stopped() {

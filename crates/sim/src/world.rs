@@ -86,6 +86,10 @@ pub struct OsdState {
     /// Its disk (what survives a crash).
     pub mem: MemDevice,
     slow: Rc<Cell<Duration>>,
+    /// The drive died (every write fails).
+    dead_disk: Rc<Cell<bool>>,
+    /// The running process is frozen (SIGSTOP).
+    pub frozen: bool,
     /// The running process, if any.
     pub proc: Option<ProcId>,
     /// Its shard while running.
@@ -213,6 +217,8 @@ impl World {
             OsdState {
                 mem,
                 slow: Rc::new(Cell::new(Duration::ZERO)),
+                dead_disk: Rc::new(Cell::new(false)),
+                frozen: false,
                 proc: None,
                 shard: None,
                 maps: None,
@@ -274,6 +280,15 @@ impl World {
             .collect()
     }
 
+    /// OSDs stopped or frozen: the ones a fault has taken away for now.
+    pub fn impaired(&self) -> usize {
+        self.osds
+            .borrow()
+            .values()
+            .filter(|s| !s.destroyed && (s.proc.is_none() || s.frozen))
+            .count()
+    }
+
     /// OSDs that are down and may be started again.
     pub fn stopped(&self) -> Vec<OsdId> {
         self.osds
@@ -287,19 +302,20 @@ impl World {
     /// Starts OSD `id`'s process on its disk as it is.
     pub fn start_osd(self: &Rc<Self>, id: OsdId) {
         let proc = self.new_proc();
-        let (mem, slow) = {
+        let (mem, slow, dead) = {
             let mut osds = self.osds.borrow_mut();
             let Some(s) = osds.get_mut(&id) else { return };
             if s.proc.is_some() || s.destroyed {
                 return;
             }
             s.proc = Some(proc);
-            (s.mem.clone(), s.slow.clone())
+            (s.mem.clone(), s.slow.clone(), s.dead_disk.clone())
         };
         let w = self.clone();
-        self.ctx
-            .exec
-            .spawn_on(proc, async move { w.osd_main(id, proc, mem, slow).await });
+        self.ctx.exec.spawn_on(
+            proc,
+            async move { w.osd_main(id, proc, mem, slow, dead).await },
+        );
     }
 
     /// The OSD process: open the store, serve, and run the daemon's control
@@ -310,8 +326,9 @@ impl World {
         proc: ProcId,
         mem: MemDevice,
         slow: Rc<Cell<Duration>>,
+        dead: Rc<Cell<bool>>,
     ) {
-        let dev = SimDisk::new(mem, self.ctx.clone(), slow);
+        let dev = SimDisk::new(mem, self.ctx.clone(), slow, dead);
         let (store, bg) = match Store::open(dev, None, 0).await {
             Ok(x) => x,
             Err(e @ pontoon_store::StoreError::Corrupt(_))
@@ -372,7 +389,16 @@ impl World {
             Exit::Failed(why) | Exit::SourceLost(why) => {
                 self.ctx.log(format!("{id} exits: {why}"));
                 let w = self.clone();
-                self.ctx.exec.spawn_on(WORLD, async move { w.exit_osd(id) });
+                self.ctx.exec.spawn_on(WORLD, async move {
+                    w.exit_osd(id);
+                    // An operator replaces a drive that failed.
+                    let failed = w.osds.borrow().get(&id).is_some_and(|s| s.dead_disk.get());
+                    if failed {
+                        let after = Duration::from_millis(w.ctx.range(1_000, 5_000));
+                        pontoon_rt::sleep(after).await;
+                        w.replace_osd(id);
+                    }
+                });
             }
         }
     }
@@ -388,9 +414,47 @@ impl World {
             s.proc.take()
         };
         if let Some(proc) = proc {
+            self.ctx.exec.thaw(proc);
             self.ctx.exec.kill(proc);
         }
+        if let Some(s) = self.osds.borrow_mut().get_mut(&id) {
+            s.frozen = false;
+        }
         self.net.endpoints.borrow_mut().remove(&id);
+    }
+
+    /// Stops OSD `id`'s process as SIGSTOP does.
+    pub fn freeze_osd(&self, id: OsdId) -> bool {
+        let mut osds = self.osds.borrow_mut();
+        let Some(s) = osds.get_mut(&id) else {
+            return false;
+        };
+        let Some(proc) = s.proc.filter(|_| !s.frozen) else {
+            return false;
+        };
+        s.frozen = true;
+        self.ctx.exec.freeze(proc);
+        true
+    }
+
+    /// Lets a frozen OSD process run again, as SIGCONT does.
+    pub fn thaw_osd(&self, id: OsdId) {
+        let mut osds = self.osds.borrow_mut();
+        let Some(s) = osds.get_mut(&id) else { return };
+        if !s.frozen {
+            return;
+        }
+        s.frozen = false;
+        if let Some(proc) = s.proc {
+            self.ctx.exec.thaw(proc);
+        }
+    }
+
+    /// Makes every write of OSD `id`'s drive fail from now on.
+    pub fn kill_disk(&self, id: OsdId) {
+        if let Some(s) = self.osds.borrow().get(&id) {
+            s.dead_disk.set(true);
+        }
     }
 
     /// Whether OSD `id` is cut from etcd now.
@@ -412,10 +476,12 @@ impl World {
             s.proc.take()
         };
         let Some(proc) = proc else { return };
+        self.ctx.exec.thaw(proc);
         self.ctx.exec.kill(proc);
         self.net.endpoints.borrow_mut().remove(&id);
         if let Some(s) = self.osds.borrow_mut().get_mut(&id) {
             s.maps = None;
+            s.frozen = false;
         }
         let mut osds = self.osds.borrow_mut();
         let Some(s) = osds.get_mut(&id) else { return };

@@ -190,7 +190,7 @@ fn a_seed_replays_exactly() {
 }
 
 #[test]
-fn broken_replication_is_caught_within_a_few_seeds() {
+fn broken_replication_is_caught_in_several_of_20_seeds() {
     let mut caught = Vec::new();
     for seed in 0..20 {
         let mut opts = original(seed);
@@ -204,12 +204,17 @@ fn broken_replication_is_caught_within_a_few_seeds() {
         caught.len(),
         caught.iter().map(|c| c.0).collect::<Vec<_>>()
     );
-    let (seed, why) = caught
-        .first()
-        .expect("acknowledging after the primary alone went unnoticed in 20 seeds");
-    assert!(*seed < 5, "first caught only at seed {seed}");
     assert!(
-        why.contains("stale read") || why.contains("replicas differ") || why.contains("went back"),
-        "seed {seed} failed for another reason: {why}"
+        caught.len() >= 3,
+        "acknowledging after the primary alone went unnoticed in {} of 20 seeds",
+        20 - caught.len()
     );
+    for (seed, why) in &caught {
+        assert!(
+            why.contains("stale read")
+                || why.contains("replicas differ")
+                || why.contains("went back"),
+            "seed {seed} failed for another reason: {why}"
+        );
+    }
 }
