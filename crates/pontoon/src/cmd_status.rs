@@ -83,6 +83,10 @@ pub struct OsdView {
     pub used_bytes: Option<u64>,
     /// Since when it is down (Unix seconds), if the manager noticed.
     pub down_since_unix: Option<u64>,
+    /// Held down by the manager: peers on other hosts cannot reach it.
+    pub held_down: bool,
+    /// Peers it cannot reach by heartbeat, from its last report.
+    pub unreachable: Vec<u32>,
 }
 
 /// PG counts.
@@ -150,6 +154,11 @@ pub fn summarize(map: &ClusterMap, reports: &[OsdReport], manager: Option<String
             device_bytes: o.device_bytes,
             used_bytes: by_osd.get(&o.id).map(|r| r.used_bytes),
             down_since_unix: o.down_since_unix,
+            held_down: o.reported_down,
+            unreachable: by_osd
+                .get(&o.id)
+                .map(|r| r.unreachable.iter().map(|p| p.0).collect())
+                .unwrap_or_default(),
         })
         .collect();
     Status {
@@ -196,8 +205,16 @@ pub fn render(s: &Status) -> String {
                 )
             })
             .unwrap_or_default();
+        let mut notes = String::new();
+        if o.held_down {
+            notes.push_str("  held down: unreachable from its peers");
+        }
+        if !o.unreachable.is_empty() {
+            let peers: Vec<String> = o.unreachable.iter().map(|p| format!("osd.{p}")).collect();
+            notes.push_str(&format!("  cannot reach {}", peers.join(", ")));
+        }
         out.push(format!(
-            "  osd.{:<4} {:<4} {:<3} {:<16} {}{used}",
+            "  osd.{:<4} {:<4} {:<3} {:<16} {}{used}{notes}",
             o.id,
             if o.up { "up" } else { "down" },
             if o.r#in { "in" } else { "out" },
@@ -329,7 +346,7 @@ mod tests {
                 ],
                 used_bytes: 4096,
                 capacity_bytes: 1 << 30,
-                unreachable: Vec::new(),
+                unreachable: vec![OsdId(2)],
             },
             OsdReport {
                 osd: OsdId(1),
@@ -344,7 +361,11 @@ mod tests {
                 unreachable: Vec::new(),
             },
         ];
-        let s = summarize(&map(), &reports, Some("m1".into()));
+        let mut m = map();
+        if let Some(o) = m.osds.get_mut(&OsdId(2)) {
+            o.reported_down = true;
+        }
+        let s = summarize(&m, &reports, Some("m1".into()));
         let states: Vec<(&str, usize)> =
             s.pgs.states.iter().map(|(k, v)| (k.as_str(), *v)).collect();
         assert_eq!(
@@ -372,6 +393,11 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("osd.2    down out"), "{text}");
+        assert!(
+            text.contains("held down: unreachable from its peers"),
+            "{text}"
+        );
+        assert!(text.contains("cannot reach osd.2"), "{text}");
         assert!(text.contains("(70% of the objects to recover)"), "{text}");
         assert!(
             text.contains("objects: 43, 3 degraded, 3 missing"),
@@ -380,5 +406,7 @@ mod tests {
         let json = serde_json::to_value(&s).unwrap();
         assert_eq!(json["pgs"]["states"]["active+clean"], 1);
         assert_eq!(json["osds"]["in"], 2);
+        assert_eq!(json["osds"]["list"][2]["held_down"], true);
+        assert_eq!(json["osds"]["list"][0]["unreachable"][0], 2);
     }
 }
