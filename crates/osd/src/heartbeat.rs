@@ -90,15 +90,25 @@ impl<D: BlockDevice + 'static, P: Peers> Shard<D, P> {
 }
 
 async fn heartbeat_loop<D: BlockDevice + 'static, P: Peers>(shard: Weak<Shard<D, P>>) {
+    let mut last_round = pontoon_rt::now();
     loop {
         pontoon_rt::sleep(HEARTBEAT_INTERVAL).await;
         let Some(s) = shard.upgrade() else { return };
         let targets = s.heartbeat_targets();
         let now = pontoon_rt::now();
+        // This shard itself stood still (the process was stopped, or its
+        // event loop stalled): what it knows of its peers is old, not bad.
+        let stalled = now.saturating_duration_since(last_round) > 2 * HEARTBEAT_INTERVAL;
+        last_round = now;
         let mut send = Vec::new();
         {
             let mut peers = s.heartbeats.peers.borrow_mut();
             peers.retain(|o, _| targets.contains_key(o));
+            if stalled {
+                for b in peers.values_mut() {
+                    b.since = now;
+                }
+            }
             for (osd, pg) in &targets {
                 let b = peers.entry(*osd).or_insert(Beat {
                     since: now,
