@@ -194,6 +194,21 @@ impl ConnPool {
         conn.close();
     }
 
+    /// Closes and forgets the connection to `addr`, if one is open: for a
+    /// caller that judges it dead although it did not break (a small
+    /// request on it timed out), so the next call reconnects instead of
+    /// waiting for TCP's retransmissions to resume it.
+    pub fn close(&self, addr: SocketAddr) {
+        let entry = self.conns.borrow_mut().remove(&addr);
+        match entry {
+            Some(Entry::Ready(c)) => c.close(),
+            Some(connecting) => {
+                self.conns.borrow_mut().insert(addr, connecting);
+            }
+            None => {}
+        }
+    }
+
     /// Closes and forgets every connection. Connect attempts in progress
     /// still complete for their callers but are not pooled.
     pub fn close_all(&self) {

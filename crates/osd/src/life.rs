@@ -364,6 +364,22 @@ mod tests {
         }
     }
 
+    /// A lease granted at `epoch`, valid `secs` from `now`.
+    fn granted(epoch: u64, now: Instant, secs: u64) -> Input {
+        Input::LeaseGranted {
+            epoch: Epoch(epoch),
+            valid_until: now + Duration::from_secs(secs),
+        }
+    }
+
+    /// What going live does: apply the map, serve until `secs` from `now`.
+    fn serve_until(now: Instant, secs: u64) -> Vec<Action> {
+        vec![
+            Action::ApplyMap,
+            Action::Deadline(Some(now + Duration::from_secs(secs))),
+        ]
+    }
+
     fn t0() -> Instant {
         Instant::now()
     }
@@ -373,10 +389,7 @@ mod tests {
         let mut l = Life::new(false);
         assert_eq!(l.start(), vec![Action::TakeLease]);
         l.step(map(5, true));
-        l.step(Input::LeaseGranted {
-            epoch: Epoch(5),
-            valid_until: now + Duration::from_secs(6),
-        });
+        l.step(granted(5, now, 6));
         assert!(l.is_live(), "{:?}", l.state());
         l
     }
@@ -399,17 +412,8 @@ mod tests {
         assert_eq!(*l.state(), State::WaitingSeenDown);
         // The manager moved every PG away from the old life.
         assert_eq!(l.step(map(4, false)), vec![Action::TakeLease]);
-        let a = l.step(Input::LeaseGranted {
-            epoch: Epoch(4),
-            valid_until: now + Duration::from_secs(6),
-        });
-        assert_eq!(
-            a,
-            vec![
-                Action::ApplyMap,
-                Action::Deadline(Some(now + Duration::from_secs(6)))
-            ]
-        );
+        let a = l.step(granted(4, now, 6));
+        assert_eq!(a, serve_until(now, 6));
         assert!(l.is_live());
     }
 
@@ -418,22 +422,13 @@ mod tests {
         let now = t0();
         let mut l = Life::new(false);
         assert_eq!(l.step(map(7, true)), vec![Action::ApplyMap]);
-        let a = l.step(Input::LeaseGranted {
-            epoch: Epoch(9),
-            valid_until: now + Duration::from_secs(6),
-        });
+        let a = l.step(granted(9, now, 6));
         assert!(a.is_empty(), "{a:?}");
         assert!(!l.is_live());
         assert_eq!(l.step(map(8, true)), vec![Action::ApplyMap]);
         assert!(!l.is_live());
         let a = l.step(map(9, true));
-        assert_eq!(
-            a,
-            vec![
-                Action::ApplyMap,
-                Action::Deadline(Some(now + Duration::from_secs(6)))
-            ]
-        );
+        assert_eq!(a, serve_until(now, 6));
         assert!(l.is_live());
     }
 
@@ -453,10 +448,7 @@ mod tests {
         assert_eq!(a, vec![Action::Deadline(None), Action::TakeLease]);
         assert!(!l.is_live());
         // A new lease, with the map already at etcd's epoch: live again.
-        let a = l.step(Input::LeaseGranted {
-            epoch: Epoch(5),
-            valid_until: now + Duration::from_secs(12),
-        });
+        let a = l.step(granted(5, now, 12));
         assert_eq!(
             a,
             vec![Action::Deadline(Some(now + Duration::from_secs(12)))]

@@ -11,9 +11,12 @@
 //! incomplete and serves nothing. And each past interval's primary must
 //! answer too unless the map shows it without a lease: an old primary
 //! with a lease and an old map would otherwise go on serving reads of its
-//! interval after this one acknowledged newer writes. The highest version of each object is
-//! authoritative; acting members with an older one, or none, are stale for
-//! it. Stale copies are recovered in the background (a few objects at a
+//! interval after this one acknowledged newer writes. A past member
+//! outside the acting set that the map shows without a lease gets a
+//! second to answer, not the whole peer timeout (a frozen process would
+//! otherwise hold every PG it was in for that long). The highest version
+//! of each object is authoritative; acting members with an older one, or
+//! none, are stale for it. Stale copies are recovered in the background (a few objects at a
 //! time per shard) and on demand before an operation touches the object.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -45,6 +48,11 @@ const MAX_PEER_BACKOFF: Duration = Duration::from_secs(2);
 /// and how many times.
 const EPOCH_AHEAD_RETRY: Duration = Duration::from_millis(50);
 const EPOCH_AHEAD_TRIES: u32 = 100;
+/// How long peering waits for a past member that is not in the acting set
+/// and holds no lease: it cannot serve, and what it holds that matters
+/// (acknowledged writes) is on every other member of its interval too; a
+/// frozen process must not hold peering up for the whole peer timeout.
+const LEASELESS_MEMBER_WAIT: Duration = Duration::from_secs(1);
 
 impl<D: BlockDevice + 'static, P: Peers> Shard<D, P> {
     /// Peers `pg` for as long as `generation` is its current life, then
@@ -109,13 +117,28 @@ impl<D: BlockDevice + 'static, P: Peers> Shard<D, P> {
         for i in &past {
             ask.extend(i.acting.iter().copied());
         }
-        let answers: BTreeMap<OsdId, Result<Vec<(ObjectId, Version)>, String>> = join_all(
-            ask.iter()
-                .map(|&osd| async move { (osd, self.query_member(osd, pg, e).await) }),
-        )
-        .await
-        .into_iter()
-        .collect();
+        let answers: BTreeMap<OsdId, Result<Vec<(ObjectId, Version)>, String>> =
+            join_all(ask.iter().map(|&osd| {
+                let leaseless = !entry.acting.contains(&osd) && !map.alive.contains(&osd);
+                async move {
+                    let q = self.query_member(osd, pg, e);
+                    let answer = if leaseless {
+                        pontoon_rt::timeout(LEASELESS_MEMBER_WAIT, q)
+                            .await
+                            .unwrap_or_else(|| {
+                                Err(format!(
+                                    "no answer within {LEASELESS_MEMBER_WAIT:?} (it holds no lease)"
+                                ))
+                            })
+                    } else {
+                        q.await
+                    };
+                    (osd, answer)
+                }
+            }))
+            .await
+            .into_iter()
+            .collect();
         for osd in &entry.acting {
             if let Some(Err(why)) = answers.get(osd) {
                 return Err(PeerFail::Retry(format!("acting member {osd}: {why}")));

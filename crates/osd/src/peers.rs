@@ -7,7 +7,7 @@ use std::rc::Rc;
 use std::time::Duration;
 
 use pontoon_buf::AlignedBuf;
-use pontoon_net::ConnPool;
+use pontoon_net::{ConnPool, NetError};
 use pontoon_proto::{Message, Role};
 use pontoon_types::{OsdId, PgId};
 
@@ -73,6 +73,14 @@ impl NetPeers {
 }
 
 impl NetPeers {
+    /// `osd`'s address for `pg` in the current map.
+    fn addr(&self, osd: OsdId, pg: PgId) -> Result<std::net::SocketAddr, PeerError> {
+        self.map.borrow().addr_of(osd, pg).ok_or_else(|| PeerError {
+            osd,
+            reason: "no address in the map".into(),
+        })
+    }
+
     async fn call_within(
         &self,
         osd: OsdId,
@@ -81,14 +89,7 @@ impl NetPeers {
         data: Option<&[u8]>,
         timeout: Duration,
     ) -> Result<(Message, Option<AlignedBuf>), PeerError> {
-        let addr = self
-            .map
-            .borrow()
-            .addr_of(osd, pg)
-            .ok_or_else(|| PeerError {
-                osd,
-                reason: "no address in the map".into(),
-            })?;
+        let addr = self.addr(osd, pg)?;
         self.pool
             .call(addr, msg, data, timeout)
             .await
@@ -110,11 +111,25 @@ impl Peers for NetPeers {
         self.call_within(osd, pg, msg, data, PEER_TIMEOUT).await
     }
 
+    /// A ping that times out also drops the connection: the next one
+    /// reconnects, so a healed link is seen within a heartbeat instead of
+    /// after TCP's retransmission back-off (seconds after a long cut).
     async fn ping(&self, osd: OsdId, pg: PgId, timeout: Duration) -> Result<(), PeerError> {
-        match self
-            .call_within(osd, pg, &Message::Ping, None, timeout)
-            .await?
-        {
+        let addr = self.addr(osd, pg)?;
+        let answer = self
+            .pool
+            .call(addr, &Message::Ping, None, timeout)
+            .await
+            .map_err(|e| {
+                if matches!(e, NetError::Timeout) {
+                    self.pool.close(addr);
+                }
+                PeerError {
+                    osd,
+                    reason: format!("{addr}: {e}"),
+                }
+            })?;
+        match answer {
             (Message::Reply(r), _) if r.status == pontoon_proto::Status::Ok => Ok(()),
             (m, _) => Err(PeerError {
                 osd,

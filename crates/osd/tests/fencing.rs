@@ -135,6 +135,12 @@ async fn until_settled(
     }
 }
 
+/// Writes `data` to the test object in interval `epoch` at `addr` until
+/// the answer is not a transient refusal, for up to `within`.
+async fn write_until_settled(addr: SocketAddr, epoch: u64, data: &[u8], within: Duration) -> Reply {
+    until_settled(addr, &write(epoch, data), Some(data), within).await
+}
+
 #[test]
 fn a_shard_stops_serving_at_its_lease_deadline_with_no_control_loop() {
     let dir = tempfile::tempdir().unwrap();
@@ -157,13 +163,7 @@ fn a_shard_stops_serving_at_its_lease_deadline_with_no_control_loop() {
             r.message
         );
         deadline.set(Some(Instant::now() + Duration::from_millis(1500)));
-        let r = until_settled(
-            o.addr,
-            &write(3, &data),
-            Some(&data),
-            Duration::from_secs(1),
-        )
-        .await;
+        let r = write_until_settled(o.addr, 3, &data, Duration::from_secs(1)).await;
         assert_eq!(r.status, Status::Ok, "{}", r.message);
         // Nobody moves the deadline: the shard fences itself.
         compio::time::sleep(Duration::from_millis(1600)).await;
@@ -188,13 +188,7 @@ fn a_peer_query_beyond_the_map_or_not_from_the_primary_promises_nothing() {
     b.map(&m);
     let data = vec![1u8; 4096];
     rt().block_on(async {
-        let r = until_settled(
-            a.addr,
-            &write(5, &data),
-            Some(&data),
-            Duration::from_secs(10),
-        )
-        .await;
+        let r = write_until_settled(a.addr, 5, &data, Duration::from_secs(10)).await;
         assert_eq!(r.status, Status::Ok, "{}", r.message);
         // A forged or confused query to the replica: an epoch no map has...
         let r = call(b.addr, Role::Osd(OsdId(0)), &query(u64::MAX), None).await;
@@ -207,13 +201,7 @@ fn a_peer_query_beyond_the_map_or_not_from_the_primary_promises_nothing() {
         assert_eq!(r.status, Status::InvalidArgument, "{}", r.message);
         // None of them raised the replica's promise: the PG still writes.
         let data = vec![2u8; 4096];
-        let r = until_settled(
-            a.addr,
-            &write(5, &data),
-            Some(&data),
-            Duration::from_secs(10),
-        )
-        .await;
+        let r = write_until_settled(a.addr, 5, &data, Duration::from_secs(10)).await;
         assert_eq!(r.status, Status::Ok, "the PG stalled: {}", r.message);
     });
 }
@@ -232,7 +220,7 @@ fn an_old_primary_serves_nothing_of_its_interval_once_a_newer_one_can_take_write
     let old = vec![5u8; 4096];
     let new = vec![6u8; 4096];
     rt().block_on(async {
-        let r = until_settled(a.addr, &write(5, &old), Some(&old), Duration::from_secs(10)).await;
+        let r = write_until_settled(a.addr, 5, &old, Duration::from_secs(10)).await;
         assert_eq!(r.status, Status::Ok, "{}", r.message);
         // Interval 6 moves the PG to B and C (say A was taken out by an
         // operator: it still holds its lease). Only B and C have the map.
@@ -245,7 +233,7 @@ fn an_old_primary_serves_nothing_of_its_interval_once_a_newer_one_can_take_write
         }
         b.map(&m6);
         c.map(&m6);
-        let w = until_settled(b.addr, &write(6, &new), Some(&new), Duration::from_secs(3)).await;
+        let w = write_until_settled(b.addr, 6, &new, Duration::from_secs(3)).await;
         // Whatever B managed, A must not return data older than an
         // acknowledged write.
         let r = call(a.addr, Role::Client, &read(5), None).await;
@@ -258,7 +246,7 @@ fn an_old_primary_serves_nothing_of_its_interval_once_a_newer_one_can_take_write
         }
         // Once A has the map, B's interval is served, and A's is over.
         a.map(&m6);
-        let w = until_settled(b.addr, &write(6, &new), Some(&new), Duration::from_secs(10)).await;
+        let w = write_until_settled(b.addr, 6, &new, Duration::from_secs(10)).await;
         assert_eq!(w.status, Status::Ok, "{}", w.message);
         let r = call(a.addr, Role::Client, &read(5), None).await;
         assert_ne!(
@@ -309,13 +297,7 @@ fn a_replica_answering_another_version_does_not_hold_the_write() {
     a.map(&m);
     let data = vec![3u8; 4096];
     rt().block_on(async {
-        let r = until_settled(
-            a.addr,
-            &write(4, &data),
-            Some(&data),
-            Duration::from_secs(3),
-        )
-        .await;
+        let r = write_until_settled(a.addr, 4, &data, Duration::from_secs(3)).await;
         assert_ne!(
             r.status,
             Status::Ok,

@@ -287,6 +287,34 @@ impl EtcdCluster {
         })
     }
 
+    /// Makes member `to` the leader: asks the current leader to hand over
+    /// (etcd's `MoveLeader`, through its gateway) until a majority agrees
+    /// `to` leads, for up to `timeout`.
+    pub fn move_leader(&self, to: usize, timeout: Duration) {
+        self.host(to);
+        let deadline = Instant::now() + timeout;
+        loop {
+            match self.leader() {
+                Some(l) if l == to => return,
+                Some(l) => {
+                    if let Some(id) = self.member_id(to) {
+                        let body = format!(r#"{{"targetID":"{id}"}}"#);
+                        let _ = http(
+                            self.host(l).ip(),
+                            ETCD_CLIENT_PORT,
+                            "POST",
+                            "/v3/maintenance/transfer-leadership",
+                            &body,
+                        );
+                    }
+                }
+                None => {}
+            }
+            self.check(deadline, &format!("etcd member {to} to lead"));
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+
     /// Waits up to `timeout` for a leader a majority agrees on.
     pub fn wait_leader(&self, timeout: Duration) -> usize {
         let deadline = Instant::now() + timeout;

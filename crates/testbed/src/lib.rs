@@ -16,6 +16,13 @@
 //! of testbeds whose process is dead. Every wait is bounded and panics with
 //! the tail of the logs; nothing fails silently.
 //!
+//! On top of it, [`load`] runs a load through the client library from
+//! the test process and keeps the history of every operation for the
+//! simulator's consistency checker, and [`scenario`] is the cluster the
+//! failure scenarios share (three etcd hosts, three OSD hosts, two
+//! managers, a size-3 pool) with the verdict they end on: clean again,
+//! checker clean, replicas identical, processes running.
+//!
 //! Needs root (network namespaces, veth, bridges, nftables), `ip`
 //! (iproute2), `nft` (nftables), Debian's etcd-server for
 //! [`Testbed::start_etcd`], and the `pontoon` binary built beside the test
@@ -47,12 +54,16 @@
 
 mod cluster;
 mod etcd;
+pub mod load;
 mod netns;
 mod nft;
 mod proc;
+pub mod scenario;
 mod testbed;
 
 pub use cluster::{MgrOpts, OsdOpts, all_clean, pontoon_bin, tokio_rt};
 pub use etcd::{ETCD_CLIENT_PORT, ETCD_PEER_PORT, EtcdCluster, etcd_bin};
+pub use load::{Figures, Load, LoadShape};
 pub use proc::Proc;
+pub use scenario::{Rig, Scenario};
 pub use testbed::{Host, Node, TestNode, Testbed};

@@ -133,6 +133,13 @@ impl Proc {
         );
     }
 
+    /// Sends SIGKILL (if it still runs) without waiting for it to die, so
+    /// several processes can be killed at the same moment; reap them with
+    /// [`Proc::kill9`] or [`Proc::wait_exit`]. Returns whether it was sent.
+    pub fn send_sigkill(&self) -> bool {
+        self.signal(libc::SIGKILL)
+    }
+
     /// SIGSTOPs it: it stays alive, holds its sockets and answers nothing.
     /// Panics if it has exited.
     pub fn sigstop(&self) {

@@ -22,16 +22,17 @@ use std::future::Future;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::os::unix::process::CommandExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
 use std::rc::Rc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use pontoon_client::{MapFeed, Volume};
-use pontoon_cluster::{ClusterMap, MapStore, OsdReport, PgState};
+use pontoon_cluster::{ClusterMap, MapStore, OsdReport};
 use pontoon_net::RpcConn;
 use pontoon_proto::{Message, Role, Status, Target};
+pub use pontoon_testbed::{all_clean, etcd_bin, pontoon_bin, tokio_rt};
 use pontoon_types::OsdId;
 
 /// Blocks the writers write: the first 64 MiB of the volume.
@@ -40,28 +41,6 @@ pub const REGION_BLOCKS: u64 = 16 * 1024;
 pub const WRITERS: u64 = 8;
 /// Every this many writes, a writer reads its block back.
 const READ_BACK_EVERY: u64 = 4;
-
-/// The `pontoon` binary beside the test executable.
-pub fn pontoon_bin() -> PathBuf {
-    // target/<profile>/deps/<test> -> target/<profile>/pontoon
-    let exe = std::env::current_exe().expect("test path");
-    let dir = exe.parent().and_then(Path::parent).expect("target dir");
-    let bin = dir.join("pontoon");
-    assert!(
-        bin.exists(),
-        "{} is missing: build it first (cargo build --workspace --bins, as scripts/test.sh does)",
-        bin.display()
-    );
-    bin
-}
-
-/// A single-threaded tokio runtime for control-plane calls.
-pub fn tokio_rt() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("tokio runtime")
-}
 
 /// How a test cluster is set up.
 #[derive(Clone, Debug)]
@@ -521,42 +500,6 @@ impl Cluster {
     }
 }
 
-/// Whether every PG's primary reports it active+clean in its current
-/// interval, with as many acting members as its pool's size.
-pub fn all_clean(map: &ClusterMap, reports: &[OsdReport]) -> Result<(), String> {
-    let mut states: BTreeMap<String, usize> = BTreeMap::new();
-    let mut clean = 0;
-    for (pg, rec) in &map.pgs {
-        let size = map.pools.get(&pg.pool).map_or(0, |p| p.size as usize);
-        let st = rec.primary().and_then(|p| {
-            reports
-                .iter()
-                .find(|r| r.osd == p)
-                .and_then(|r| {
-                    r.pgs
-                        .iter()
-                        .find(|x| x.pg == *pg && x.interval == rec.interval)
-                })
-                .map(|x| x.state)
-        });
-        if st == Some(PgState::ActiveClean) && rec.acting.len() == size {
-            clean += 1;
-        }
-        *states
-            .entry(format!("{st:?} with {} members", rec.acting.len()))
-            .or_default() += 1;
-    }
-    if !map.pgs.is_empty() && clean == map.pgs.len() {
-        Ok(())
-    } else {
-        Err(format!(
-            "{clean} of {} PGs clean at epoch {}: {states:?}",
-            map.pgs.len(),
-            map.epoch
-        ))
-    }
-}
-
 impl Drop for Cluster {
     fn drop(&mut self) {
         if std::env::var_os("PONTOON_TEST_KEEP").is_some() {
@@ -623,20 +566,6 @@ fn kill9(pid: i32, what: &str) {
     // SAFETY: plain kill(2) on a pid this test's cluster started.
     let r = unsafe { libc::kill(pid, libc::SIGKILL) };
     assert_eq!(r, 0, "kill -9 {what} (pid {pid})");
-}
-
-/// etcd, found as `pontoon up` finds it: `$PONTOON_ETCD_BIN`,
-/// `/usr/bin/etcd`, then `$PATH`.
-fn etcd_bin() -> PathBuf {
-    if let Some(p) = std::env::var_os("PONTOON_ETCD_BIN") {
-        return PathBuf::from(p);
-    }
-    let paths = std::env::var_os("PATH").unwrap_or_default();
-    std::iter::once(PathBuf::from("/usr/bin"))
-        .chain(std::env::split_paths(&paths))
-        .map(|d| d.join("etcd"))
-        .find(|p| p.is_file())
-        .expect("etcd is not installed (Debian's etcd-server; scripts/deps.sh installs it)")
 }
 
 fn free_port() -> u16 {
