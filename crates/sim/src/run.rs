@@ -219,7 +219,7 @@ fn drive(world: &Rc<World>, plan: &Plan, fault_time: Duration) -> Option<String>
     }
     let mut problems: Vec<String> = world.problems.borrow().clone();
     problems.extend(checker::check(&hist.ops()));
-    problems.extend(compare_replicas(world));
+    problems.extend(compare_settled(world));
     if problems.is_empty() {
         None
     } else {
@@ -330,6 +330,40 @@ fn final_reads(world: &Rc<World>, hist: &Rc<History>, shape: Shape) -> Option<St
             failed.join("; ")
         ))
     }
+}
+
+/// [`compare_replicas`] in a map in which the cluster is clean. The map
+/// can move after the cluster settled (an OSD that was out takes a lease
+/// again and is marked in, so its PGs start new intervals and recover):
+/// wait until clean again, and compare again if the map moved meanwhile.
+fn compare_settled(world: &Rc<World>) -> Vec<String> {
+    const TRIES: u32 = 5;
+    for _ in 0..TRIES {
+        let deadline = world.ctx.exec.elapsed() + SETTLE;
+        if world
+            .ctx
+            .exec
+            .run_until(deadline, || world.is_clean())
+            .is_err()
+        {
+            return vec![format!(
+                "liveness: the map moved after settling and the cluster did not settle again in {} s: {}",
+                SETTLE.as_secs(),
+                world.unclean_summary()
+            )];
+        }
+        let epoch = world.map.borrow().epoch;
+        let found = compare_replicas(world);
+        if world.map.borrow().epoch == epoch {
+            return found;
+        }
+        world.ctx.log(format!(
+            "the map moved from {epoch} while replicas were compared: again"
+        ));
+    }
+    vec![format!(
+        "the map moved during each of {TRIES} comparisons of the replicas"
+    )]
 }
 
 /// Every acting member of every PG holds the same version and bytes of

@@ -276,29 +276,11 @@ impl Testbed {
         what: &str,
         timeout: Duration,
         abort: impl Fn() -> Option<String>,
-        mut check: impl FnMut(&ClusterMap, &[OsdReport]) -> Result<(), String>,
+        check: impl FnMut(&ClusterMap, &[OsdReport]) -> Result<(), String>,
     ) -> ClusterMap {
-        let deadline = Instant::now() + timeout;
         tokio_rt().block_on(async {
             let store = self.connect(timeout).await;
-            loop {
-                if let Some(why) = abort() {
-                    panic!("{what}: {why}\n{}", self.logs_tail());
-                }
-                let why = match (store.load().await, store.reports().await) {
-                    (Ok(map), Ok(reports)) => match check(&map, &reports) {
-                        Ok(()) => return map,
-                        Err(why) => why,
-                    },
-                    (Err(e), _) | (_, Err(e)) => e.to_string(),
-                };
-                assert!(
-                    Instant::now() < deadline,
-                    "{what}: not reached within {timeout:?}: {why}\n{}",
-                    self.logs_tail()
-                );
-                tokio::time::sleep(POLL).await;
-            }
+            poll_map(&store, what, timeout, abort, check, || self.logs_tail()).await
         })
     }
 
@@ -322,6 +304,38 @@ impl Testbed {
     /// set ([`all_clean`]).
     pub fn wait_clean(&self, what: &str) -> ClusterMap {
         self.wait_for(what, CLEAN_TIMEOUT, all_clean)
+    }
+}
+
+/// Polls `store` until `check` accepts its map and the OSDs' reports;
+/// panics with what it last saw and `logs()` once `timeout` passes, or at
+/// once when `abort` says why.
+pub async fn poll_map(
+    store: &MapStore,
+    what: &str,
+    timeout: Duration,
+    abort: impl Fn() -> Option<String>,
+    mut check: impl FnMut(&ClusterMap, &[OsdReport]) -> Result<(), String>,
+    logs: impl Fn() -> String,
+) -> ClusterMap {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(why) = abort() {
+            panic!("{what}: {why}\n{}", logs());
+        }
+        let why = match (store.load().await, store.reports().await) {
+            (Ok(map), Ok(reports)) => match check(&map, &reports) {
+                Ok(()) => return map,
+                Err(why) => why,
+            },
+            (Err(e), _) | (_, Err(e)) => e.to_string(),
+        };
+        assert!(
+            Instant::now() < deadline,
+            "{what}: not reached within {timeout:?}: {why}\n{}",
+            logs()
+        );
+        tokio::time::sleep(POLL).await;
     }
 }
 

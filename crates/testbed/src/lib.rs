@@ -61,7 +61,7 @@ mod proc;
 pub mod scenario;
 mod testbed;
 
-pub use cluster::{MgrOpts, OsdOpts, all_clean, pontoon_bin, tokio_rt};
+pub use cluster::{MgrOpts, OsdOpts, all_clean, poll_map, pontoon_bin, tokio_rt};
 pub use etcd::{ETCD_CLIENT_PORT, ETCD_PEER_PORT, EtcdCluster, etcd_bin};
 pub use load::{Figures, Load, LoadShape};
 pub use proc::Proc;

@@ -32,7 +32,7 @@ use pontoon_client::{MapFeed, Volume};
 use pontoon_cluster::{ClusterMap, MapStore, OsdReport};
 use pontoon_net::RpcConn;
 use pontoon_proto::{Message, Role, Status, Target};
-pub use pontoon_testbed::{all_clean, etcd_bin, pontoon_bin, tokio_rt};
+pub use pontoon_testbed::{all_clean, etcd_bin, poll_map, pontoon_bin, tokio_rt};
 use pontoon_types::OsdId;
 
 /// Blocks the writers write: the first 64 MiB of the volume.
@@ -451,27 +451,12 @@ impl Cluster {
         &self,
         what: &str,
         timeout: Duration,
-        mut check: impl FnMut(&ClusterMap, &[OsdReport]) -> Result<(), String>,
+        check: impl FnMut(&ClusterMap, &[OsdReport]) -> Result<(), String>,
     ) -> ClusterMap {
         let (eps, name) = self.endpoints();
         tokio_rt().block_on(async {
             let store = MapStore::connect(&eps, &name).await.expect("etcd");
-            let deadline = Instant::now() + timeout;
-            loop {
-                let why = match (store.load().await, store.reports().await) {
-                    (Ok(map), Ok(reports)) => match check(&map, &reports) {
-                        Ok(()) => return map,
-                        Err(why) => why,
-                    },
-                    (Err(e), _) | (_, Err(e)) => e.to_string(),
-                };
-                assert!(
-                    Instant::now() < deadline,
-                    "{what}: not reached within {timeout:?}: {why}\n{}",
-                    self.log()
-                );
-                tokio::time::sleep(Duration::from_millis(250)).await;
-            }
+            poll_map(&store, what, timeout, || None, check, || self.log()).await
         })
     }
 
