@@ -53,10 +53,10 @@ for _ in $(seq 1 120); do "$P" status "${C[@]}" | grep -q "64 active+clean" && b
 
 total=$((before + freeze + after))
 echo "== fio: 4k randwrite QD$qd with crc32c verification, ${total} s; osd.0 frozen at ${before} s for ${freeze} s"
-fio --name=freeze --ioengine=nbd --uri="nbd://127.0.0.1:$nbd_port/v3" --size=256M --rw=randwrite --bs=4k \
+(cd "$dir" && fio --name=freeze --ioengine=nbd --uri="nbd://127.0.0.1:$nbd_port/v3" --size=256M --rw=randwrite --bs=4k \
     --iodepth="$qd" --time_based --runtime="$total" --verify=crc32c --verify_backlog=256 \
     --verify_fatal=1 --write_lat_log="$dir/fio" --log_avg_msec=0 \
-    --output-format=json --output="$dir/fio.json" &
+    --output-format=json --output="$dir/fio.json") &
 fio_pid=$!
 t0=$(date +%s.%N)
 sleep "$before"
