@@ -214,7 +214,7 @@ fn the_data_path_outlives_a_short_etcd_outage_fences_in_a_long_one_and_recovers(
         );
     }
     rt.block_on(verify(&vol, &model.borrow(), "after the long outage"));
-    let objects = rt.block_on(replicas_identical(&feed, "v"));
+    let objects = replicas_identical(&feed, "v");
     let m = model.borrow();
     eprintln!(
         "acknowledged writes {}, failed {}, read-backs {} ({} failed), {objects} objects identical on 3 replicas",

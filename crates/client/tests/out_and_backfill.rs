@@ -122,7 +122,7 @@ fn a_dead_osd_is_marked_out_and_its_pgs_backfilled_elsewhere() {
         .sum();
 
     rt.block_on(verify(&vol, &model.borrow(), "after backfill"));
-    let objects = rt.block_on(replicas_identical(&feed, "v"));
+    let objects = replicas_identical(&feed, "v");
     // A client that starts now sees the same data.
     let fresh = Client::new(feed.clone()).open("v").expect("open volume");
     rt.block_on(verify(&fresh, &model.borrow(), "through a new client"));

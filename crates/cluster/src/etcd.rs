@@ -104,16 +104,22 @@ impl Conn {
     }
 }
 
+/// How a client of one member connects: within `connect_timeout`, with
+/// keep-alives, and asking for a leader on every request (a member cut
+/// off from the others refuses rather than serving stale reads).
+fn member_options(connect_timeout: Duration) -> ConnectOptions {
+    ConnectOptions::new()
+        .with_connect_timeout(connect_timeout)
+        .with_keep_alive(Duration::from_secs(5), Duration::from_secs(5))
+        .with_keep_alive_while_idle(true)
+        .with_require_leader(true)
+}
+
 /// A client of the one member at `endpoint`, once it answers a read
 /// within `within` (a member without a leader refuses it).
 async fn connect_member(endpoint: &str, within: Duration) -> Result<Client, String> {
-    let options = ConnectOptions::new()
-        .with_connect_timeout(within)
-        .with_keep_alive(Duration::from_secs(5), Duration::from_secs(5))
-        .with_keep_alive_while_idle(true)
-        .with_require_leader(true);
     let attempt = async {
-        let client = Client::connect([endpoint], Some(options))
+        let client = Client::connect([endpoint], Some(member_options(within)))
             .await
             .map_err(|e| e.to_string())?;
         client
@@ -297,11 +303,7 @@ impl MapStore {
     pub(crate) async fn fresh_client(&self, attempt: usize) -> Result<Client, etcd_client::Error> {
         let n = self.endpoint_list.len().max(1);
         let ep = self.endpoint_list[attempt % n].clone();
-        let options = ConnectOptions::new()
-            .with_connect_timeout(FRESH_CONNECT_TIMEOUT)
-            .with_keep_alive(Duration::from_secs(5), Duration::from_secs(5))
-            .with_require_leader(true);
-        Client::connect([ep], Some(options)).await
+        Client::connect([ep], Some(member_options(FRESH_CONNECT_TIMEOUT))).await
     }
 
     /// The map's epoch as etcd holds it now (a linearizable read).

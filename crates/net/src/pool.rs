@@ -199,13 +199,12 @@ impl ConnPool {
     /// request on it timed out), so the next call reconnects instead of
     /// waiting for TCP's retransmissions to resume it.
     pub fn close(&self, addr: SocketAddr) {
-        let entry = self.conns.borrow_mut().remove(&addr);
-        match entry {
-            Some(Entry::Ready(c)) => c.close(),
-            Some(connecting) => {
-                self.conns.borrow_mut().insert(addr, connecting);
-            }
-            None => {}
+        let ready = match self.conns.borrow().get(&addr) {
+            Some(Entry::Ready(c)) => Some(c.clone()),
+            _ => None,
+        };
+        if let Some(c) = ready {
+            self.forget(addr, &c);
         }
     }
 

@@ -16,8 +16,9 @@
 //! second to answer, not the whole peer timeout (a frozen process would
 //! otherwise hold every PG it was in for that long). The highest version
 //! of each object is authoritative; acting members with an older one, or
-//! none, are stale for it. Stale copies are recovered in the background (a few objects at a
-//! time per shard) and on demand before an operation touches the object.
+//! none, are stale for it. Stale copies are recovered in the background
+//! (a few objects at a time per shard) and on demand before an operation
+//! touches the object.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::rc::Rc;

@@ -3,6 +3,7 @@
 
 use std::cell::RefCell;
 use std::future::Future;
+use std::net::SocketAddr;
 use std::rc::Rc;
 use std::time::Duration;
 
@@ -70,33 +71,21 @@ impl NetPeers {
     pub fn close_all(&self) {
         self.pool.close_all();
     }
-}
 
-impl NetPeers {
     /// `osd`'s address for `pg` in the current map.
-    fn addr(&self, osd: OsdId, pg: PgId) -> Result<std::net::SocketAddr, PeerError> {
+    fn addr(&self, osd: OsdId, pg: PgId) -> Result<SocketAddr, PeerError> {
         self.map.borrow().addr_of(osd, pg).ok_or_else(|| PeerError {
             osd,
             reason: "no address in the map".into(),
         })
     }
+}
 
-    async fn call_within(
-        &self,
-        osd: OsdId,
-        pg: PgId,
-        msg: &Message,
-        data: Option<&[u8]>,
-        timeout: Duration,
-    ) -> Result<(Message, Option<AlignedBuf>), PeerError> {
-        let addr = self.addr(osd, pg)?;
-        self.pool
-            .call(addr, msg, data, timeout)
-            .await
-            .map_err(|e| PeerError {
-                osd,
-                reason: format!("{addr}: {e}"),
-            })
+/// A failed request to `osd` at `addr`.
+fn failed(osd: OsdId, addr: SocketAddr, e: NetError) -> PeerError {
+    PeerError {
+        osd,
+        reason: format!("{addr}: {e}"),
     }
 }
 
@@ -108,7 +97,11 @@ impl Peers for NetPeers {
         msg: &Message,
         data: Option<&[u8]>,
     ) -> Result<(Message, Option<AlignedBuf>), PeerError> {
-        self.call_within(osd, pg, msg, data, PEER_TIMEOUT).await
+        let addr = self.addr(osd, pg)?;
+        self.pool
+            .call(addr, msg, data, PEER_TIMEOUT)
+            .await
+            .map_err(|e| failed(osd, addr, e))
     }
 
     /// A ping that times out also drops the connection: the next one
@@ -116,20 +109,11 @@ impl Peers for NetPeers {
     /// after TCP's retransmission back-off (seconds after a long cut).
     async fn ping(&self, osd: OsdId, pg: PgId, timeout: Duration) -> Result<(), PeerError> {
         let addr = self.addr(osd, pg)?;
-        let answer = self
-            .pool
-            .call(addr, &Message::Ping, None, timeout)
-            .await
-            .map_err(|e| {
-                if matches!(e, NetError::Timeout) {
-                    self.pool.close(addr);
-                }
-                PeerError {
-                    osd,
-                    reason: format!("{addr}: {e}"),
-                }
-            })?;
-        match answer {
+        let answer = self.pool.call(addr, &Message::Ping, None, timeout).await;
+        if matches!(answer, Err(NetError::Timeout)) {
+            self.pool.close(addr);
+        }
+        match answer.map_err(|e| failed(osd, addr, e))? {
             (Message::Reply(r), _) if r.status == pontoon_proto::Status::Ok => Ok(()),
             (m, _) => Err(PeerError {
                 osd,

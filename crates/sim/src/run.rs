@@ -17,7 +17,7 @@ use crate::executor::{ProcId, Stall, WORLD};
 use crate::nemesis::{Plan, heal, nemesis};
 use crate::net::ClientWire;
 use crate::workload::{
-    BLOCK, History, Outcome as OpOutcome, Shape, decode, offset_of, read_one, worker,
+    BLOCK, History, Outcome as OpOutcome, Shape, describe_difference, offset_of, read_one, worker,
 };
 use crate::world::{Config, VOLUME, World};
 
@@ -421,25 +421,4 @@ fn compare_replicas(world: &Rc<World>) -> Vec<String> {
     out.borrow_mut()
         .take()
         .unwrap_or_else(|| vec!["comparing replicas did not finish".into()])
-}
-
-/// Which 4 KiB blocks of two copies differ, with the values they hold.
-fn describe_difference(a: &[u8], b: &[u8]) -> String {
-    let name = |blk: &[u8]| match decode(blk) {
-        Ok(0) => "zeros".to_string(),
-        Ok(v) => format!("#{v}"),
-        Err(_) => "garbage".to_string(),
-    };
-    let diffs: Vec<String> = a
-        .chunks(BLOCK)
-        .zip(b.chunks(BLOCK))
-        .enumerate()
-        .filter(|(_, (x, y))| x != y)
-        .map(|(i, (x, y))| format!("block {i}: {} vs {}", name(x), name(y)))
-        .collect();
-    if diffs.is_empty() {
-        String::new()
-    } else {
-        format!(" ({})", diffs.join(", "))
-    }
 }

@@ -238,3 +238,27 @@ pub async fn read_one(
     };
     hist.complete(ctx, i, out);
 }
+
+/// Which 4 KiB blocks of two copies of an object differ, with the
+/// workload values they hold: ` (block 1: #26 vs zeros, ...)`, empty if
+/// none does (at most 8 are named).
+pub fn describe_difference(a: &[u8], b: &[u8]) -> String {
+    let name = |blk: &[u8]| match decode(blk) {
+        Ok(0) => "zeros".to_string(),
+        Ok(v) => format!("#{v}"),
+        Err(_) => "garbage".to_string(),
+    };
+    let diffs: Vec<String> = a
+        .chunks(BLOCK)
+        .zip(b.chunks(BLOCK))
+        .enumerate()
+        .filter(|(_, (x, y))| x != y)
+        .take(8)
+        .map(|(i, (x, y))| format!("block {i}: {} vs {}", name(x), name(y)))
+        .collect();
+    if diffs.is_empty() {
+        String::new()
+    } else {
+        format!(" ({})", diffs.join(", "))
+    }
+}

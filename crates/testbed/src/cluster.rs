@@ -203,6 +203,28 @@ impl Testbed {
             .unwrap_or_else(|e| panic!("cannot run pontoon {args:?}: {e}"))
     }
 
+    /// Creates pool `p` (3 replicas on 3 hosts, writes need 2, `pgs` PGs)
+    /// and volume `volume` of `size` in it, then waits until every PG is
+    /// active+clean; returns that map.
+    pub fn three_host_volume(&self, pgs: u32, volume: &str, size: &str) -> ClusterMap {
+        let pgs = pgs.to_string();
+        self.cli(&[
+            "pool",
+            "create",
+            "p",
+            "--size",
+            "3",
+            "--min-size",
+            "2",
+            "--pgs",
+            &pgs,
+            "--failure-domain",
+            "host",
+        ]);
+        self.cli(&["volume", "create", volume, "--size", size, "--pool", "p"]);
+        self.wait_clean("the new pool")
+    }
+
     /// Like [`Testbed::try_cli`], but it must succeed; returns its stdout.
     pub fn cli(&self, args: &[&str]) -> String {
         let out = self.try_cli(args);

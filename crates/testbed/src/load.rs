@@ -19,7 +19,7 @@ use std::cell::Cell;
 use std::collections::{BTreeMap, BTreeSet};
 use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -27,8 +27,12 @@ use pontoon_client::{Client, MapFeed, Volume};
 use pontoon_cluster::ClusterMap;
 use pontoon_net::RpcConn;
 use pontoon_proto::{Message, Role, Status, Target};
-use pontoon_sim::workload::{BLOCK, Kind, Op, Outcome, decode, encode, offset_of};
+use pontoon_sim::workload::{
+    BLOCK, Kind, Op, Outcome, decode, describe_difference, encode, offset_of,
+};
 use pontoon_types::{ObjectId, OsdId, PgId};
+
+use crate::testbed::lock;
 
 /// The `client` of the final reads in the history.
 pub const FINAL_READER: u32 = 999;
@@ -60,11 +64,6 @@ impl Default for LoadShape {
             max_think: Duration::from_millis(10),
         }
     }
-}
-
-/// Locks a mutex, carrying on if a panicking thread poisoned it.
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// The history, shared by the load's thread and the test's.
@@ -326,13 +325,28 @@ impl Drop for Load {
     }
 }
 
-/// A small pseudo-random sequence (splitmix over `pontoon_types::mix64`).
-struct Rng(u64);
+/// A small pseudo-random sequence (splitmix over `pontoon_types::mix64`),
+/// for the load's choices and the thrash test's.
+#[derive(Clone, Debug)]
+pub struct Rng(pub u64);
 
 impl Rng {
-    fn next(&mut self) -> u64 {
+    /// The next value.
+    pub fn next_u64(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
         pontoon_types::mix64(self.0)
+    }
+
+    /// Uniform in `lo..=hi`.
+    pub fn range(&mut self, lo: u64, hi: u64) -> u64 {
+        lo + self.next_u64() % (hi - lo + 1)
+    }
+
+    /// Two distinct indices below `n` (at least 2).
+    pub fn two(&mut self, n: u64) -> (usize, usize) {
+        let a = self.next_u64() % n;
+        let b = (a + 1 + self.next_u64() % (n - 1)) % n;
+        (a as usize, b as usize)
     }
 }
 
@@ -361,7 +375,7 @@ fn run(
             async move {
                 let mut rng = Rng(seed ^ (u64::from(w) << 56));
                 while !stop.load(Ordering::Acquire) {
-                    let r = rng.next();
+                    let r = rng.next_u64();
                     let block = (r % u64::from(shape.blocks)) as u32;
                     let at = offset_of(block, shape.blocks_per_object, object_size);
                     if (r >> 32) & 1 == 0 {
@@ -591,22 +605,27 @@ pub fn violations(ops: &[Op]) -> Vec<String> {
 type Copy = (OsdId, pontoon_types::Version, Vec<(u64, u64)>, Vec<u8>);
 
 /// Whether every acting member of the PG of every object of `volume`
-/// holds the same version and the same bytes of it (asked with `Pull`, as
-/// a peer OSD would, in the interval of `map`), and every PG has as many
-/// members as its pool's size. Returns how many objects were compared, or
-/// what differs. Runs on a compio runtime of a thread of its own.
-pub fn replicas_identical(map: &ClusterMap, volume: &str) -> Result<u64, Vec<String>> {
+/// (the first `objects` of them, if given) holds the same version and the
+/// same bytes of it (asked with `Pull`, as a peer OSD would, in the
+/// interval of `map`), and every PG has as many members as its pool's
+/// size. Returns how many objects were compared, or what differs. Runs on
+/// a compio runtime of a thread of its own.
+pub fn replicas_identical(
+    map: &ClusterMap,
+    volume: &str,
+    objects: Option<u64>,
+) -> Result<u64, Vec<String>> {
     let map = map.clone();
     let volume = volume.to_string();
     std::thread::spawn(move || {
         let rt = compio::runtime::Runtime::new().expect("compio runtime");
-        rt.block_on(compare(&map, &volume))
+        rt.block_on(compare(&map, &volume, objects))
     })
     .join()
     .unwrap_or_else(|p| std::panic::resume_unwind(p))
 }
 
-async fn compare(map: &ClusterMap, volume: &str) -> Result<u64, Vec<String>> {
+async fn compare(map: &ClusterMap, volume: &str, objects: Option<u64>) -> Result<u64, Vec<String>> {
     let Some(v) = map.volume_by_name(volume) else {
         return Err(vec![format!(
             "no volume {volume} in map epoch {}",
@@ -616,7 +635,8 @@ async fn compare(map: &ClusterMap, volume: &str) -> Result<u64, Vec<String>> {
     let size = map.pools.get(&v.pool).map_or(0, |p| p.size as usize);
     let mut problems = Vec::new();
     let mut conns: BTreeMap<std::net::SocketAddr, Rc<RpcConn>> = BTreeMap::new();
-    for index in 0..v.object_count() {
+    let count = objects.map_or(v.object_count(), |n| n.min(v.object_count()));
+    for index in 0..count {
         let oid = ObjectId::new(v.id.0, index);
         let Some(pg) = map.pg_of_object(&oid) else {
             problems.push(format!("{oid} has no PG"));
@@ -654,14 +674,18 @@ async fn compare(map: &ClusterMap, volume: &str) -> Result<u64, Vec<String>> {
                         c.1,
                         c.3.len(),
                         c.2,
-                        describe_difference(first, c)
+                        if first.2 == c.2 {
+                            describe_difference(&first.3, &c.3)
+                        } else {
+                            String::new()
+                        }
                     ));
                 }
             }
         }
     }
     if problems.is_empty() {
-        Ok(v.object_count())
+        Ok(count)
     } else {
         Err(problems)
     }
@@ -709,32 +733,6 @@ async fn pull(
         r.ranges,
         data.map(|d| d.to_vec()).unwrap_or_default(),
     ))
-}
-
-/// Which workload blocks of two copies differ, with the values they hold
-/// (when both copies have the same extents).
-fn describe_difference(a: &Copy, b: &Copy) -> String {
-    if a.2 != b.2 {
-        return String::new();
-    }
-    let name = |blk: &[u8]| match decode(blk) {
-        Ok(0) => "zeros".to_string(),
-        Ok(v) => format!("#{v}"),
-        Err(_) => "garbage".to_string(),
-    };
-    let diffs: Vec<String> =
-        a.3.chunks(BLOCK)
-            .zip(b.3.chunks(BLOCK))
-            .enumerate()
-            .filter(|(_, (x, y))| x != y)
-            .take(8)
-            .map(|(i, (x, y))| format!("block {i} of the extents: {} vs {}", name(x), name(y)))
-            .collect();
-    if diffs.is_empty() {
-        String::new()
-    } else {
-        format!(" ({})", diffs.join(", "))
-    }
 }
 
 #[cfg(test)]

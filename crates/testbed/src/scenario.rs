@@ -18,13 +18,14 @@
 //! still runs. Timings are printed, never asserted.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use pontoon_cluster::ClusterMap;
 use pontoon_types::{OsdId, PgId};
 
 use crate::load::{self, Figures, Load, LoadShape};
+use crate::testbed::lock;
 use crate::{EtcdCluster, Host, MgrOpts, OsdOpts, Proc, Testbed};
 
 /// OSD liveness lease TTL (the product's default).
@@ -45,11 +46,6 @@ pub const WARM_UP: Duration = Duration::from_secs(3);
 pub const EXPECT: Duration = Duration::from_secs(60);
 /// Between two looks at logs.
 const POLL: Duration = Duration::from_millis(200);
-
-/// Locks a mutex, carrying on if a panicking thread poisoned it.
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
 
 /// The cluster of every scenario (see the module's description).
 pub struct Rig {
@@ -122,30 +118,7 @@ impl Rig {
             1,
             Duration::from_secs(30),
         );
-        let pgs = POOL_PGS.to_string();
-        rig.tb.cli(&[
-            "pool",
-            "create",
-            "p",
-            "--size",
-            "3",
-            "--min-size",
-            "2",
-            "--pgs",
-            &pgs,
-            "--failure-domain",
-            "host",
-        ]);
-        rig.tb.cli(&[
-            "volume",
-            "create",
-            VOLUME,
-            "--size",
-            VOLUME_SIZE,
-            "--pool",
-            "p",
-        ]);
-        rig.tb.wait_clean("the new pool");
+        rig.tb.three_host_volume(POOL_PGS, VOLUME, VOLUME_SIZE);
         rig
     }
 
@@ -573,7 +546,7 @@ impl Scenario {
                 clean.epoch, map.epoch
             );
         }
-        match load::replicas_identical(&map, VOLUME) {
+        match load::replicas_identical(&map, VOLUME, None) {
             Ok(objects) => {
                 eprintln!("scenario {name}: {objects} objects identical on every acting member")
             }

@@ -80,8 +80,8 @@ impl Inner {
         ns: Option<&str>,
         host: &str,
         name: &str,
-        program: &OsStr,
-        args: &[&OsStr],
+        program: impl AsRef<OsStr>,
+        args: impl IntoIterator<Item = impl AsRef<OsStr>>,
     ) -> Proc {
         assert!(
             !name.is_empty() && !name.contains('/'),
@@ -221,10 +221,8 @@ impl Host {
         program: impl AsRef<OsStr>,
         args: impl IntoIterator<Item = S>,
     ) -> Proc {
-        let args: Vec<S> = args.into_iter().collect();
-        let args: Vec<&OsStr> = args.iter().map(AsRef::as_ref).collect();
         self.tb
-            .spawn(Some(&self.ns), &self.name, name, program.as_ref(), &args)
+            .spawn(Some(&self.ns), &self.name, name, program, args)
     }
 
     /// Runs `program args` in this host to completion; returns its output
@@ -417,10 +415,7 @@ impl Testbed {
         program: impl AsRef<OsStr>,
         args: impl IntoIterator<Item = S>,
     ) -> Proc {
-        let args: Vec<S> = args.into_iter().collect();
-        let args: Vec<&OsStr> = args.iter().map(AsRef::as_ref).collect();
-        self.inner
-            .spawn(None, "test", name, program.as_ref(), &args)
+        self.inner.spawn(None, "test", name, program, args)
     }
 
     /// Every process started so far (exited ones included).

@@ -57,21 +57,7 @@ fn a_pool_with_failure_domain_host_gets_clean_across_three_osd_hosts() {
     }
     let mgr = tb.start_mgr(&m, "m1", &MgrOpts::default());
 
-    tb.cli(&[
-        "pool",
-        "create",
-        "p",
-        "--size",
-        "3",
-        "--min-size",
-        "2",
-        "--pgs",
-        "16",
-        "--failure-domain",
-        "host",
-    ]);
-    tb.cli(&["volume", "create", "v", "--size", "64M", "--pool", "p"]);
-    let map = tb.wait_clean("new pool");
+    let map = tb.three_host_volume(16, "v", "64M");
     assert_eq!(map.pgs.len(), 16);
     for (pg, rec) in &map.pgs {
         let hosts: BTreeSet<&str> = rec

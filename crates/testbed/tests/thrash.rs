@@ -31,6 +31,7 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use pontoon_testbed::Node;
+use pontoon_testbed::load::Rng;
 use pontoon_testbed::scenario::{Rig, Scenario};
 
 /// Longest wait for the cluster to be whole again between rounds.
@@ -46,28 +47,6 @@ const KINDS: [&str; 8] = [
     "kill-etcd",
     "isolate-mgr",
 ];
-
-/// A small pseudo-random sequence (splitmix).
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        pontoon_types::mix64(self.0)
-    }
-
-    /// Uniform in `lo..=hi`.
-    fn range(&mut self, lo: u64, hi: u64) -> u64 {
-        lo + self.next() % (hi - lo + 1)
-    }
-
-    /// Two distinct indices below `n`.
-    fn two(&mut self, n: u64) -> (usize, usize) {
-        let a = self.next() % n;
-        let b = (a + 1 + self.next() % (n - 1)) % n;
-        (a as usize, b as usize)
-    }
-}
 
 fn thrash_time() -> Duration {
     if let Some(s) = std::env::var("PONTOON_THRASH_SECS")
@@ -88,7 +67,7 @@ type Undo = Box<dyn FnOnce(&Rig)>;
 
 /// Injects a fault of `kind`; returns what it did and how to undo it.
 fn inject(rig: &Rig, kind: &str, rng: &mut Rng) -> (String, Undo) {
-    let osd = rng.next() % 3;
+    let osd = rng.next_u64() % 3;
     let id = osd as u32;
     let (a, b) = rng.two(3);
     match kind {
@@ -190,7 +169,7 @@ fn thrashing_with_random_faults_loses_no_acknowledged_write() {
             break;
         }
         rounds += 1;
-        let kind = KINDS[(rng.next() % KINDS.len() as u64) as usize];
+        let kind = KINDS[(rng.next_u64() % KINDS.len() as u64) as usize];
         let hold = Duration::from_millis(rng.range(2_000, 8_000));
         let (what, undo) = inject(&s.rig, kind, &mut rng);
         s.note(&format!(

@@ -30,8 +30,6 @@ use std::time::{Duration, Instant};
 
 use pontoon_client::{MapFeed, Volume};
 use pontoon_cluster::{ClusterMap, MapStore, OsdReport};
-use pontoon_net::RpcConn;
-use pontoon_proto::{Message, Role, Status, Target};
 pub use pontoon_testbed::{all_clean, etcd_bin, poll_map, pontoon_bin, tokio_rt};
 use pontoon_types::OsdId;
 
@@ -724,52 +722,10 @@ pub async fn verify(vol: &Volume, model: &Model, what: &str) {
 /// the same version and the same bytes (asked directly, as a peer OSD
 /// would), and there are as many members as the pool's size. Returns how
 /// many objects were compared.
-pub async fn replicas_identical(feed: &Arc<MapFeed>, volume: &str) -> u64 {
+pub fn replicas_identical(feed: &Arc<MapFeed>, volume: &str) -> u64 {
     let map = feed.current();
     let v = map.volume_by_name(volume).expect("volume");
-    let size = map.pools[&v.pool].size as usize;
     let objects = (REGION_BLOCKS * 4096).div_ceil(v.object_size);
-    for index in 0..objects {
-        let oid = pontoon_types::ObjectId::new(v.id.0, index);
-        let pg = map.pg_of_object(&oid).expect("pg");
-        let rec = &map.pgs[&pg];
-        assert_eq!(rec.acting.len(), size, "{pg} is clean with {size} members");
-        let mut copies = Vec::new();
-        for osd in &rec.acting {
-            let addr = map.addr_of(*osd, pg).expect("address");
-            let conn = RpcConn::connect(addr, Role::Osd(OsdId(9999)), Duration::from_secs(5))
-                .await
-                .expect("connect to an OSD");
-            let t = Target {
-                pg,
-                epoch: rec.interval,
-                oid,
-            };
-            let (reply, data) = conn
-                .call(&Message::Pull(t), None, Duration::from_secs(10))
-                .await
-                .expect("pull");
-            let Message::Reply(r) = reply else {
-                panic!("pull answered with {reply:?}")
-            };
-            assert_eq!(r.status, Status::Ok, "{osd} {oid}: {}", r.message);
-            copies.push((
-                *osd,
-                r.version,
-                r.ranges,
-                data.map(|d| d.to_vec()).unwrap_or_default(),
-            ));
-        }
-        for c in &copies[1..] {
-            assert!(
-                (c.1, &c.2, &c.3) == (copies[0].1, &copies[0].2, &copies[0].3),
-                "{oid}: {} holds {} but {} holds {}",
-                c.0,
-                c.1,
-                copies[0].0,
-                copies[0].1
-            );
-        }
-    }
-    objects
+    pontoon_testbed::load::replicas_identical(&map, volume, Some(objects))
+        .unwrap_or_else(|problems| panic!("replicas differ:\n{}", problems.join("\n")))
 }
