@@ -48,6 +48,9 @@ pub(crate) struct Refusal {
     pub status: Status,
     /// Response DW0.
     pub dw0: u32,
+    /// The refusal rests on the configuration (an unknown subsystem, a
+    /// host not allowed), which a change arriving moments later may lift.
+    pub config: bool,
 }
 
 impl Refusal {
@@ -57,12 +60,25 @@ impl Refusal {
         Self {
             status: Status::CONNECT_INVALID_PARAMETERS,
             dw0: u32::from(offset) | (u32::from(in_data) << 16),
+            config: false,
         }
     }
 
     /// Any other status (DW0 0).
     pub fn status(status: Status) -> Self {
-        Self { status, dw0: 0 }
+        Self {
+            status,
+            dw0: 0,
+            config: false,
+        }
+    }
+
+    /// This refusal, marked as resting on the configuration.
+    pub fn on_config(self) -> Self {
+        Self {
+            config: true,
+            ..self
+        }
     }
 }
 

@@ -16,7 +16,7 @@ use std::io;
 use std::net::SocketAddr;
 use std::rc::Rc;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use compio::io::AsyncWrite;
 use compio::net::TcpStream;
@@ -191,6 +191,16 @@ enum End {
 }
 
 /// Serves one connection to its end.
+/// How long a Connect that names a subsystem the gateway does not hold, or
+/// a host it does not allow, waits for the configuration to change before
+/// it is refused: `pontoon nvmf subsystem add` / `host allow` return once
+/// etcd holds the change, and the gateway applies it a few tens of
+/// milliseconds later (its map watch), so a host connecting right after
+/// the command must not be turned away. Only the connecting host waits.
+const CONFIG_GRACE: Duration = Duration::from_millis(500);
+/// How often that wait looks at the configuration's generation.
+const CONFIG_POLL: Duration = Duration::from_millis(10);
+
 pub(crate) async fn serve<C: VolumeCatalog>(w: Rc<Worker<C>>, stream: TcpStream, peer: SocketAddr) {
     let local = stream.local_addr().unwrap_or(w.config.listen);
     let queue = Rc::new(ReplyQueue::default());
@@ -702,7 +712,10 @@ impl<C: VolumeCatalog> ConnLoop<C> {
         let cid = sqe.cid();
         if sqe.opcode() == FABRICS_OPCODE {
             let c = match sqe.fctype() {
-                fctype::CONNECT => self.connect(conn, &sqe, data.as_deref().unwrap_or(&[])),
+                fctype::CONNECT => {
+                    self.connect(conn, &sqe, data.as_deref().unwrap_or(&[]))
+                        .await
+                }
                 fctype::PROPERTY_GET | fctype::PROPERTY_SET => match &self.session {
                     Session::Admin(a) => a.property(&sqe),
                     _ => Completion::status(Status::INVALID_FIELD),
@@ -730,17 +743,29 @@ impl<C: VolumeCatalog> ConnLoop<C> {
     }
 
     /// Fabrics Connect: binds this connection to a new controller (admin
-    /// queue) or to an existing one (I/O queue).
-    fn connect(&mut self, conn: &Rc<Conn>, sqe: &Sqe, data: &[u8]) -> Completion {
+    /// queue) or to an existing one (I/O queue). A refusal that rests on
+    /// the configuration waits up to [`CONFIG_GRACE`] for it to change.
+    async fn connect(&mut self, conn: &Rc<Conn>, sqe: &Sqe, data: &[u8]) -> Completion {
         if !matches!(self.session, Session::Unbound) {
             return Completion::status(Status::SEQUENCE_ERROR);
         }
-        match self.bind(conn, sqe, data) {
-            Ok(cntlid) => Completion::ok(u32::from(cntlid)),
-            Err(r) => Completion {
-                dw0: r.dw0,
-                ..Completion::status(r.status)
-            },
+        let give_up = Instant::now() + CONFIG_GRACE;
+        loop {
+            let generation = self.w.subsystems.generation();
+            match self.bind(conn, sqe, data) {
+                Ok(cntlid) => return Completion::ok(u32::from(cntlid)),
+                Err(r) if r.config && Instant::now() < give_up => {
+                    while self.w.subsystems.generation() == generation && Instant::now() < give_up {
+                        compio::time::sleep(CONFIG_POLL).await;
+                    }
+                }
+                Err(r) => {
+                    return Completion {
+                        dw0: r.dw0,
+                        ..Completion::status(r.status)
+                    };
+                }
+            }
         }
     }
 
@@ -752,11 +777,11 @@ impl<C: VolumeCatalog> ConnLoop<C> {
             let snap = self.w.subsystems.snapshot();
             let Some(sub) = snap.subsystem(&c.subnqn) else {
                 info!(subnqn = %c.subnqn, host = %c.hostnqn, "connect to an unknown subsystem refused");
-                return Err(Refusal::invalid(fabrics::SUBNQN_OFFSET, true));
+                return Err(Refusal::invalid(fabrics::SUBNQN_OFFSET, true).on_config());
             };
             if !sub.allows(&c.hostnqn, cfg.allow_any_host) {
                 warn!(subnqn = %c.subnqn, host = %c.hostnqn, "host not allowed; connect refused");
-                return Err(Refusal::status(Status::CONNECT_INVALID_HOST));
+                return Err(Refusal::status(Status::CONNECT_INVALID_HOST).on_config());
             }
         }
         if c.sqsize == 0 || c.sqsize >= cfg.max_queue_entries {
