@@ -21,6 +21,7 @@ use std::time::Duration;
 
 use compio::io::AsyncWrite;
 use compio::net::TcpStream;
+use futures::FutureExt;
 use pontoon_buf::AlignedBuf;
 use pontoon_volume::{BlockVolume, VolumeError};
 use tracing::{debug, warn};
@@ -99,7 +100,7 @@ pub(crate) async fn serve<V: BlockVolume>(
     config: &ServerConfig,
     stop: &Stop,
 ) -> Result<(), NbdError> {
-    let queue = Rc::new(ReplyQueue::default());
+    let queue = Rc::new(ReplyQueue::new(stream.clone()));
     let writer = compio::runtime::spawn(write_replies(stream.clone(), queue.clone()));
     let conn = Rc::new(Conn {
         volume: session.volume,
@@ -257,6 +258,7 @@ async fn read_requests<V: BlockVolume>(
             continue;
         }
         match check {
+            Ok(()) if req.command == Command::Flush => conn.clone().flush(req, permit),
             Ok(()) => spawn(conn.clone().execute(req, None, permit)),
             Err((errno, msg)) => conn.reply_error(req.handle, errno, &msg, permit),
         }
@@ -370,6 +372,25 @@ impl<V: BlockVolume> Conn<V> {
         let mut b = Vec::with_capacity(SIMPLE_REPLY_LEN);
         encode_simple_reply(&mut b, handle, Errno(0));
         OutBuf::Bytes(b)
+    }
+
+    /// Answers a FLUSH on the reader's task when the volume's flush is
+    /// done at once (a cluster volume acknowledges only durable writes):
+    /// no task, no loop turn. Otherwise it runs as its own task.
+    fn flush(self: Rc<Self>, req: Request, permit: Permit) {
+        match self.volume.flush().now_or_never() {
+            Some(r) => {
+                let parts = match r {
+                    Ok(()) => vec![Self::ok_bytes(req.handle)],
+                    Err(e) => vec![self.error_bytes(req.handle, errno_of(&e), &e.to_string())],
+                };
+                self.queue.push(Reply {
+                    parts,
+                    permit: Some(permit),
+                });
+            }
+            None => spawn(self.execute(req, None, permit)),
+        }
     }
 
     /// Runs a validated request and queues its reply.

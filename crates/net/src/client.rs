@@ -166,7 +166,7 @@ impl RpcConn {
         let (stream, reader) = within(Some(timeout), handshake(addr, role, session))
             .await
             .ok_or(NetError::Timeout)??;
-        let queue = Rc::new(OutQueue::default());
+        let queue = Rc::new(OutQueue::new(stream.clone()));
         let inner = Rc::new(Inner {
             stream: stream.clone(),
             pending: RefCell::default(),

@@ -98,6 +98,7 @@ pub mod budget;
 mod client;
 pub mod listener;
 mod pool;
+mod send_now;
 mod server;
 mod session;
 pub mod stream;

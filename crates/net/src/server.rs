@@ -185,7 +185,7 @@ async fn serve_session_conn<H: Handler>(
     if let Err(e) = stream.set_nodelay(true) {
         debug!(?addr, "cannot set TCP_NODELAY: {e}");
     }
-    let queue = Rc::new(OutQueue::default());
+    let queue = Rc::new(OutQueue::new(stream.clone()));
     let _teardown = Teardown {
         stream: stream.clone(),
         queue: queue.clone(),

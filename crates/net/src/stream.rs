@@ -18,6 +18,7 @@ use compio::net::TcpStream;
 use pontoon_buf::AlignedBuf;
 
 use crate::budget::Permit;
+use crate::send_now::{MAX_PARTS, remainder, send_now};
 
 /// Size of the inbound buffer: headers and small payloads are copied out of
 /// it, so one `recv` usually brings in several pipelined requests.
@@ -209,10 +210,12 @@ pub struct Reply {
     pub permit: Option<Permit>,
 }
 
-/// The queue of finished replies of one connection.
-#[derive(Default)]
+/// The queue of finished replies of one connection. A reply pushed while
+/// the writer is parked is sent at once by the pusher (see
+/// [`crate::send_now`]).
 pub struct ReplyQueue {
     state: RefCell<QueueState>,
+    stream: TcpStream,
 }
 
 #[derive(Default)]
@@ -225,11 +228,44 @@ struct QueueState {
     waker: Option<Waker>,
 }
 
+impl Reply {
+    /// Sends what the socket takes now; true if that was all of it, else
+    /// the reply keeps what is left.
+    fn send_now(&mut self, stream: &TcpStream) -> bool {
+        if self.parts.len() > MAX_PARTS {
+            return false;
+        }
+        let mut parts = [&[][..]; MAX_PARTS];
+        for (slot, part) in parts.iter_mut().zip(&self.parts) {
+            *slot = part.as_init();
+        }
+        let parts = &parts[..self.parts.len()];
+        let total: usize = parts.iter().map(|p| p.len()).sum();
+        match send_now(stream, parts) {
+            Ok(n) if n == total => true,
+            Ok(0) | Err(_) => false,
+            Ok(n) => {
+                self.parts = vec![OutBuf::Bytes(remainder(parts, n))];
+                false
+            }
+        }
+    }
+}
+
 impl ReplyQueue {
-    /// Queues a reply for the writer (drops it if the socket failed).
-    pub fn push(&self, reply: Reply) {
+    /// The queue of the connection on `stream`.
+    pub fn new(stream: TcpStream) -> Self {
+        Self {
+            state: RefCell::default(),
+            stream,
+        }
+    }
+
+    /// Queues a reply for the writer, or sends it at once if the writer is
+    /// parked with nothing in flight (drops it if the socket failed).
+    pub fn push(&self, mut reply: Reply) {
         let mut st = self.state.borrow_mut();
-        if st.dead {
+        if st.dead || (st.items.is_empty() && st.waker.is_some() && reply.send_now(&self.stream)) {
             drop(st);
             drop(reply);
             return;

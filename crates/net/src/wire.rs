@@ -20,6 +20,7 @@ use pontoon_buf::AlignedBuf;
 use pontoon_proto::{FrameHeader, HEADER_LEN, MAX_DATA, MAX_META, Message, ProtoError};
 
 use crate::budget::Permit;
+use crate::send_now::{remainder, send_now};
 
 /// Size of the inbound buffer: headers, metadata and small data are copied
 /// out of it, so one `recv` usually brings in several pipelined frames.
@@ -423,10 +424,12 @@ pub(crate) async fn write_frame(stream: &mut TcpStream, frame: Outgoing) -> io::
 }
 
 /// The queue of frames waiting for one connection's writer. It is bounded
-/// by its producers: every frame holds (or follows) a budget permit.
-#[derive(Default)]
+/// by its producers: every frame holds (or follows) a budget permit. A
+/// frame pushed while the writer is parked is sent at once by the pusher
+/// (see [`crate::send_now`]).
 pub(crate) struct OutQueue {
     state: RefCell<QueueState>,
+    stream: TcpStream,
 }
 
 #[derive(Default)]
@@ -440,15 +443,48 @@ struct QueueState {
     waker: Option<Waker>,
 }
 
+impl Outgoing {
+    /// Sends what the socket takes now; true if that was all of it, else
+    /// the frame keeps what is left.
+    fn send_now(&mut self, stream: &TcpStream) -> bool {
+        let data = self.data.as_ref().map_or(&[][..], |d| d.as_init());
+        let parts = [&self.head[..], data];
+        let total = self.head.len() + data.len();
+        match send_now(stream, &parts) {
+            Ok(n) if n == total => true,
+            Ok(0) | Err(_) => false,
+            Ok(n) => {
+                self.head = remainder(&parts, n);
+                self.data = None;
+                false
+            }
+        }
+    }
+}
+
 impl OutQueue {
-    /// Queues a frame for the writer. Returns false (dropping the frame) if
+    /// The queue of the connection on `stream`.
+    pub(crate) fn new(stream: TcpStream) -> Self {
+        Self {
+            state: RefCell::default(),
+            stream,
+        }
+    }
+
+    /// Queues a frame for the writer, or sends it at once if the writer is
+    /// parked with nothing in flight. Returns false (dropping the frame) if
     /// the connection can no longer write.
-    pub(crate) fn push(&self, frame: Outgoing) -> bool {
+    pub(crate) fn push(&self, mut frame: Outgoing) -> bool {
         let mut st = self.state.borrow_mut();
         if st.dead || st.closed {
             drop(st);
             drop(frame);
             return false;
+        }
+        if st.items.is_empty() && st.waker.is_some() && frame.send_now(&self.stream) {
+            drop(st);
+            drop(frame);
+            return true;
         }
         st.items.push_back(frame);
         let w = st.waker.take();

@@ -203,7 +203,7 @@ const CONFIG_POLL: Duration = Duration::from_millis(10);
 
 pub(crate) async fn serve<C: VolumeCatalog>(w: Rc<Worker<C>>, stream: TcpStream, peer: SocketAddr) {
     let local = stream.local_addr().unwrap_or(w.config.listen);
-    let queue = Rc::new(ReplyQueue::default());
+    let queue = Rc::new(ReplyQueue::new(stream.clone()));
     let writer = compio::runtime::spawn(write_replies(stream.clone(), queue.clone()));
     let mut inbound = Inbound::new(stream.clone());
     let budget = Budget::new(
