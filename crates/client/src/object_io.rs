@@ -65,7 +65,7 @@ impl Wire {
         &self,
         addr: SocketAddr,
         msg: &Message,
-        data: Option<&[u8]>,
+        data: Option<&Rc<AlignedBuf>>,
         timeout: Duration,
         keep: &KeepWaiting<'_>,
     ) -> Result<(Message, Option<AlignedBuf>), NetError> {
@@ -73,6 +73,7 @@ impl Wire {
             Wire::Tcp(pool) => pool.call_watched(addr, msg, data, timeout, keep).await,
             Wire::Custom(w) => {
                 let deadline = pontoon_rt::now() + timeout;
+                let data = data.map(|d| &d[..]);
                 let mut call = std::pin::pin!(w.call(addr, msg, data, timeout));
                 loop {
                     let left = deadline.saturating_duration_since(pontoon_rt::now());
@@ -105,13 +106,14 @@ impl Transport {
         Rc::new(Self { map, wire })
     }
 
-    /// Sends the request `make(target)` about `oid` to its primary; retries
-    /// what is retryable. Returns the successful reply and its data.
+    /// Sends the request `make(target)` about `oid` to its primary (with
+    /// `data`, sent without copying); retries what is retryable. Returns
+    /// the successful reply and its data.
     pub async fn call(
         &self,
         oid: ObjectId,
         make: impl Fn(Target) -> Message,
-        data: Option<&[u8]>,
+        data: Option<&Rc<AlignedBuf>>,
     ) -> Result<(Reply, Option<AlignedBuf>), ClientError> {
         let deadline = pontoon_rt::now() + OP_TIMEOUT;
         let mut backoff = BACKOFF_MIN;

@@ -132,29 +132,47 @@ impl Volume {
     }
 
     /// Writes `data` at `offset` (4 KiB aligned); returns once every
-    /// replica of every object touched has it durable.
+    /// replica of every object touched has it durable. Each object's part
+    /// is copied once into the buffer its request is sent from.
     pub async fn write_at(&self, offset: u64, data: &[u8]) -> Result<(), ClientError> {
         self.check(offset, data.len() as u64)?;
         let pieces = self.pieces(offset, data.len() as u64);
-        try_join_all(pieces.iter().map(|p| async move {
+        try_join_all(pieces.iter().map(|p| {
             let slice = &data[p.at as usize..(p.at + p.len) as usize];
-            let crc = crc32c::crc32c(slice);
-            self.transport
-                .call(
-                    p.oid,
-                    |target| {
-                        Message::Write(WriteReq {
-                            target,
-                            offset: p.offset,
-                            data_crc: crc,
-                            fua: false,
-                        })
-                    },
-                    Some(slice),
-                )
-                .await
+            self.write_piece(p, Rc::new(AlignedBuf::copy_from(slice)))
         }))
         .await?;
+        Ok(())
+    }
+
+    /// [`ClusterVolume::write_at`] of an owned buffer: a write inside one
+    /// object is sent from `data` itself, without a copy.
+    pub async fn write_buf(&self, offset: u64, data: AlignedBuf) -> Result<(), ClientError> {
+        self.check(offset, data.len() as u64)?;
+        let pieces = self.pieces(offset, data.len() as u64);
+        if let [p] = pieces.as_slice() {
+            return self.write_piece(p, Rc::new(data)).await;
+        }
+        self.write_at(offset, &data).await
+    }
+
+    /// Writes one object's part of a write.
+    async fn write_piece(&self, p: &Piece, data: Rc<AlignedBuf>) -> Result<(), ClientError> {
+        let crc = crc32c::crc32c(&data);
+        self.transport
+            .call(
+                p.oid,
+                |target| {
+                    Message::Write(WriteReq {
+                        target,
+                        offset: p.offset,
+                        data_crc: crc,
+                        fua: false,
+                    })
+                },
+                Some(&data),
+            )
+            .await?;
         Ok(())
     }
 
@@ -230,7 +248,7 @@ impl BlockVolume for Volume {
 
     async fn write(&self, offset: u64, data: AlignedBuf, _fua: bool) -> Result<(), VolumeError> {
         // Every acknowledged write is already durable on every replica.
-        Ok(self.write_at(offset, &data).await?)
+        Ok(self.write_buf(offset, data).await?)
     }
 
     async fn flush(&self) -> Result<(), VolumeError> {

@@ -122,18 +122,24 @@ impl ConnPool {
             .await
     }
 
-    /// [`ConnPool::call`] whose caller may stop waiting (see
+    /// [`ConnPool::call_shared`] whose caller may stop waiting (see
     /// [`KeepWaiting`]); the connection stays, as after a timeout.
     pub async fn call_watched(
         &self,
         addr: SocketAddr,
         msg: &Message,
-        data: Option<&[u8]>,
+        data: Option<&Rc<AlignedBuf>>,
         timeout: Duration,
         keep: &KeepWaiting<'_>,
     ) -> Result<Answer, NetError> {
-        self.call_with(addr, msg, || data.map(OutData::Slice), timeout, Some(keep))
-            .await
+        self.call_with(
+            addr,
+            msg,
+            || data.cloned().map(OutData::Shared),
+            timeout,
+            Some(keep),
+        )
+        .await
     }
 
     /// [`ConnPool::call`] with data in a shared aligned buffer, sent

@@ -275,17 +275,21 @@ impl<D: BlockDevice + 'static, P: Peers> Shard<D, P> {
         if crc32c::crc32c(&data) != w.data_crc {
             return error(Status::Malformed, Epoch(0), "write data checksum mismatch");
         }
+        let len = data.len() as u64;
         let op = |t: Target, version| SubOp {
             target: t,
             version,
             kind: SubOpKind::Write,
-            extents: vec![(w.offset, data.len() as u64)],
+            extents: vec![(w.offset, len)],
             data_crc: w.data_crc,
         };
-        self.mutate(t, w.offset, data.len() as u64, op, Some(&data), |version| {
+        self.mutate(t, w.offset, len, op, Some(data), |version, data| {
             let store = self.store.clone();
-            let local = AlignedBuf::copy_from(&data);
-            async move { store.write(t.oid, w.offset, local, version).await }
+            async move {
+                let data =
+                    data.ok_or_else(|| StoreError::InvalidArgument("write without data".into()))?;
+                store.write(t.oid, w.offset, data, version).await
+            }
         })
         .await
     }
@@ -300,7 +304,7 @@ impl<D: BlockDevice + 'static, P: Peers> Shard<D, P> {
             extents: vec![(d.offset, d.len)],
             data_crc: crc32c::crc32c(&[]),
         };
-        self.mutate(t, d.offset, d.len, op, None, |version| {
+        self.mutate(t, d.offset, d.len, op, None, |version, _| {
             let store = self.store.clone();
             async move { store.discard(t.oid, d.offset, d.len, version).await }
         })
@@ -337,11 +341,11 @@ impl<D: BlockDevice + 'static, P: Peers> Shard<D, P> {
         offset: u64,
         len: u64,
         make_op: impl Fn(Target, Version) -> SubOp,
-        data: Option<&AlignedBuf>,
+        data: Option<AlignedBuf>,
         local: F,
     ) -> Answer
     where
-        F: FnOnce(Version) -> Fut,
+        F: FnOnce(Version, Option<AlignedBuf>) -> Fut,
         Fut: std::future::Future<Output = Result<(), StoreError>>,
     {
         if let Err(a) = self.check_target(&t, offset, len) {
@@ -371,21 +375,29 @@ impl<D: BlockDevice + 'static, P: Peers> Shard<D, P> {
             (Version::new(c.interval.0, p.seq), self.inflight.enter(t.pg))
         };
         let msg = Message::SubOp(make_op(t, version));
+        // The local store takes the received buffer; the other members'
+        // requests share one copy of it (none when there are none).
+        let shared = match &data {
+            Some(d) if c.acting.iter().any(|o| *o != self.me) => {
+                Some(Rc::new(AlignedBuf::copy_from(d)))
+            }
+            _ => None,
+        };
         if self.broken_ack.get() {
-            self.replicate_in_background(&c.acting, t, &msg, data);
+            self.replicate_in_background(&c.acting, t, &msg, shared.as_ref());
             drop(inflight);
-            return match local(version).await {
+            return match local(version, data).await {
                 Ok(()) => (Message::Reply(Reply::ok(version)), None),
                 Err(e) => error(status_of(&e), c.interval, e.to_string()),
             };
         }
-        let data = data.map(|d| &d[..]);
+        let shared = shared.as_ref();
         let remote = c.acting.iter().copied().filter(|o| *o != self.me).map(|o| {
             let msg = &msg;
-            async move { (o, self.member_call(o, t.pg, msg, data).await) }
+            async move { (o, self.member_call(o, t.pg, msg, shared).await) }
         });
         let local = async move {
-            let r = local(version).await;
+            let r = local(version, data).await;
             drop(inflight);
             r
         };
@@ -478,13 +490,12 @@ impl<D: BlockDevice + 'static, P: Peers> Shard<D, P> {
         acting: &[OsdId],
         t: Target,
         msg: &Message,
-        data: Option<&AlignedBuf>,
+        data: Option<&Rc<AlignedBuf>>,
     ) {
         for o in acting.iter().copied().filter(|o| *o != self.me) {
-            let (shard, msg) = (self.clone(), msg.clone());
-            let data = data.map(|d| AlignedBuf::copy_from(d));
+            let (shard, msg, data) = (self.clone(), msg.clone(), data.cloned());
             pontoon_rt::spawn(async move {
-                let _ = shard.member_call(o, t.pg, &msg, data.as_deref()).await;
+                let _ = shard.member_call(o, t.pg, &msg, data.as_ref()).await;
             });
         }
     }

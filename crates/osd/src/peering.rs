@@ -359,6 +359,7 @@ impl<D: BlockDevice + 'static, P: Peers> Shard<D, P> {
             }
         };
         let (ranges, data) = flatten_image(&image);
+        let data = Rc::new(data);
         let op = SubOp {
             target,
             version: m.version,
@@ -450,7 +451,7 @@ impl<D: BlockDevice + 'static, P: Peers> Shard<D, P> {
         osd: OsdId,
         pg: PgId,
         msg: &Message,
-        data: Option<&[u8]>,
+        data: Option<&Rc<AlignedBuf>>,
     ) -> Result<(), (Status, String)> {
         let expect = match msg {
             Message::SubOp(op) => Some(op.version),

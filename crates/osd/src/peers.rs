@@ -26,13 +26,14 @@ pub struct PeerError {
 
 /// Sends requests to the shard of another OSD that serves a PG.
 pub trait Peers: 'static {
-    /// Sends `msg` (with `data`) to `osd`'s shard for `pg` and waits for the answer.
+    /// Sends `msg` (with `data`, shared with the other members' requests
+    /// rather than copied) to `osd`'s shard for `pg` and waits for the answer.
     fn call(
         &self,
         osd: OsdId,
         pg: PgId,
         msg: &Message,
-        data: Option<&[u8]>,
+        data: Option<&Rc<AlignedBuf>>,
     ) -> impl Future<Output = Result<(Message, Option<AlignedBuf>), PeerError>>;
 
     /// A heartbeat to `osd`'s shard for `pg`, answered within `timeout`.
@@ -95,11 +96,11 @@ impl Peers for NetPeers {
         osd: OsdId,
         pg: PgId,
         msg: &Message,
-        data: Option<&[u8]>,
+        data: Option<&Rc<AlignedBuf>>,
     ) -> Result<(Message, Option<AlignedBuf>), PeerError> {
         let addr = self.addr(osd, pg)?;
         self.pool
-            .call(addr, msg, data, PEER_TIMEOUT)
+            .call_shared(addr, msg, data.cloned(), PEER_TIMEOUT)
             .await
             .map_err(|e| failed(osd, addr, e))
     }

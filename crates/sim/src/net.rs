@@ -190,10 +190,16 @@ impl Peers for SimPeers {
         osd: OsdId,
         _pg: PgId,
         msg: &Message,
-        data: Option<&[u8]>,
+        data: Option<&Rc<AlignedBuf>>,
     ) -> Result<(Message, Option<AlignedBuf>), PeerError> {
         self.net
-            .request(Node::Osd(self.me), osd, msg, data, PEER_TIMEOUT)
+            .request(
+                Node::Osd(self.me),
+                osd,
+                msg,
+                data.map(|d| &d[..]),
+                PEER_TIMEOUT,
+            )
             .await
             .map_err(|e| PeerError {
                 osd,
