@@ -8,7 +8,8 @@
 #   - a database-like job: 8 jobs at QD1, 16 KiB random 70/30 read/write,
 #     a flush after every I/O (--fsync=1), on size 3 and size 1;
 # each beside the same fio job on a raw file of the same filesystem, in the
-# same run. NBD rows are measured with ../shared/tools/io-cost (--perf): CPU
+# same run; and 4 KiB QD1/QD32 rows through the NVMe/TCP gateway (the Rust
+# test initiator of `pontoon bench --nvmf`, one I/O queue). NBD rows are measured with ../shared/tools/io-cost (--perf): CPU
 # µs per I/O, sleeps (voluntary switches) and syscalls per I/O for the
 # gateway and the OSDs, and latency to p99.9.
 #
@@ -70,9 +71,10 @@ rm -f "$raw"
 
 echo "== pontoon up: 3 OSDs of 3 GiB, 1 shard each"
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-nbd_port=$(free_port)
+nbd_port=$(free_port); nvmf_port=$(free_port)
 up_nbd=(--nbd 127.0.0.1:$nbd_port); [ -n "$workers" ] && up_nbd=()
-"$P" up --dir "$dir/cluster" --osds 3 --osd-size 3G --shards 1 "${up_nbd[@]}" > "$dir/up.log" 2>&1 &
+"$P" up --dir "$dir/cluster" --osds 3 --osd-size 3G --shards 1 "${up_nbd[@]}" \
+    --nvmf 127.0.0.1:$nvmf_port > "$dir/up.log" 2>&1 &
 up_pid=$!
 for _ in $(seq 1 240); do [ -f "$dir/cluster/cluster.toml" ] && break; sleep 0.5; done
 [ -f "$dir/cluster/cluster.toml" ] || { echo "cluster did not start; see $dir/up.log" >&2; exit 1; }
@@ -86,7 +88,13 @@ fi
 "$P" pool create size3 --size 3 --min-size 2 --pgs 64 --failure-domain osd "${C[@]}"
 "$P" volume create v1 --size 1G --pool size1 "${C[@]}"
 "$P" volume create v3 --size 1G --pool size3 "${C[@]}"
-for v in v1 v3; do "$P" bench --volume "$v" --fill --bs 4M --qd 4 "${C[@]}"; done
+host=nqn.2026-11.io.pontoon:hostpath
+for v in v1 v3; do
+  "$P" bench --volume "$v" --fill --bs 4M --qd 4 "${C[@]}"
+  "$P" nvmf subsystem add "nqn.2026-11.io.pontoon:$v" "${C[@]}"
+  "$P" nvmf ns add "nqn.2026-11.io.pontoon:$v" "$v" --nsid 1 "${C[@]}" >/dev/null
+  "$P" nvmf host allow "nqn.2026-11.io.pontoon:$v" "$host" "${C[@]}"
+done
 for _ in $(seq 1 40); do nbdinfo "nbd://127.0.0.1:$nbd_port/v1" >/dev/null 2>&1 && break; sleep 0.25; done
 
 for j in "${JOBS[@]}"; do
@@ -104,6 +112,12 @@ for t in "randread 1 1" "randread 32 1" "randwrite 1 3" "randwrite 32 3"; do
   echo "-- client library size$pool $rw-qd$qd"
   "$P" bench --volume "v$pool" --rw "$rw" --bs 4k --qd "$qd" --time "${time}s" --json "${C[@]}" \
       > "$out/lib-size$pool-$rw-qd$qd.json"
+done
+for t in "randread 1 1" "randread 32 1" "randwrite 1 3" "randwrite 32 3"; do
+  read -r rw qd pool <<<"$t"
+  echo "-- NVMe/TCP size$pool $rw-qd$qd"
+  "$P" bench --nvmf 127.0.0.1:$nvmf_port --nqn "nqn.2026-11.io.pontoon:v$pool" --hostnqn "$host" \
+      --rw "$rw" --bs 4k --qd "$qd" --time "${time}s" --json "${C[@]}" > "$out/nvmf-size$pool-$rw-qd$qd.json"
 done
 cleanup; up_pid=""; gw_pid=""
 rm -rf "$dir/cluster"
@@ -141,18 +155,19 @@ for f in sorted(os.listdir(out)):
     ri, rm, _, _, rp999 = lat(r)
     g = proc(j, "nbd"); o = proc(j, "osd")
     print(f"{name:26} {i:8.0f} {i/ri:6.2f} {m:7.0f} {p50:6.0f} {p999:7.0f} {p999/p50:9.1f} {rm:8.0f} {rp999:9.0f} {g[0]:7.1f} {g[1]:6.2f} {g[2]:6.2f} {o[0]:7.1f} {o[1]:7.2f} {o[2]:6.2f}")
-print()
-print("Client library (pontoon bench) beside raw fio")
-print(f"{'test':26} {'IOPS':>8} {'x raw':>6} {'mean':>7} {'p99.9':>7} {'raw mean':>8} {'client cpu':>10} {'OSD cpu':>7}")
-for f in sorted(os.listdir(out)):
-    if not f.startswith("lib-"):
-        continue
-    name = f[len("lib-"):-len(".json")]
-    r = load(f)
-    job = name.split("-", 1)[1]
-    ri, rm, *_ = lat(load(f"raw-{job}.json"))
-    osd = r.get("osd_cpu_us_per_io")
-    print(f"{name:26} {r['iops']:8.0f} {r['iops']/ri:6.2f} {r['mean_us']:7.0f} {r['p999_us']:7.0f} {rm:8.0f} {r['client_cpu_us_per_io']:10.1f} {'-' if osd is None else f'{osd:.1f}':>7}")
+for prefix, title in (("lib-", "Client library (pontoon bench)"), ("nvmf-", "NVMe/TCP (pontoon bench --nvmf, one I/O queue)")):
+    print()
+    print(f"{title} beside raw fio; cpu columns: µs per I/O")
+    print(f"{'test':26} {'IOPS':>8} {'x raw':>6} {'mean':>7} {'p99.9':>7} {'raw mean':>8} {'client':>7} {'gw':>6} {'OSD':>7}")
+    fmt = lambda v: "-" if v is None else f"{v:.1f}"
+    for f in sorted(os.listdir(out)):
+        if not f.startswith(prefix):
+            continue
+        name = f[len(prefix):-len(".json")]
+        r = load(f)
+        job = name.split("-", 1)[1]
+        ri, rm, *_ = lat(load(f"raw-{job}.json"))
+        print(f"{name:26} {r['iops']:8.0f} {r['iops']/ri:6.2f} {r['mean_us']:7.0f} {r['p999_us']:7.0f} {rm:8.0f} {r['client_cpu_us_per_io']:7.1f} {fmt(r.get('gateway_cpu_us_per_io')):>6} {fmt(r.get('osd_cpu_us_per_io')):>7}")
 print()
 print("raw writes use --sync=dsync (durable when acknowledged, as Pontoon's writes are); the db job flushes after every I/O on both.")
 PY
