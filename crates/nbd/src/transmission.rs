@@ -368,6 +368,14 @@ impl<V: BlockVolume> Conn<V> {
         OutBuf::Bytes(b)
     }
 
+    /// The reply to a request that returns only a status.
+    fn status_reply(&self, handle: u64, r: Result<(), VolumeError>) -> Vec<OutBuf> {
+        match r {
+            Ok(()) => vec![Self::ok_bytes(handle)],
+            Err(e) => vec![self.error_bytes(handle, errno_of(&e), &e.to_string())],
+        }
+    }
+
     fn ok_bytes(handle: u64) -> OutBuf {
         let mut b = Vec::with_capacity(SIMPLE_REPLY_LEN);
         encode_simple_reply(&mut b, handle, Errno(0));
@@ -379,16 +387,10 @@ impl<V: BlockVolume> Conn<V> {
     /// no task, no loop turn. Otherwise it runs as its own task.
     fn flush(self: Rc<Self>, req: Request, permit: Permit) {
         match self.volume.flush().now_or_never() {
-            Some(r) => {
-                let parts = match r {
-                    Ok(()) => vec![Self::ok_bytes(req.handle)],
-                    Err(e) => vec![self.error_bytes(req.handle, errno_of(&e), &e.to_string())],
-                };
-                self.queue.push(Reply {
-                    parts,
-                    permit: Some(permit),
-                });
-            }
+            Some(r) => self.queue.push(Reply {
+                parts: self.status_reply(req.handle, r),
+                permit: Some(permit),
+            }),
             None => spawn(self.execute(req, None, permit)),
         }
     }
@@ -397,10 +399,7 @@ impl<V: BlockVolume> Conn<V> {
     async fn execute(self: Rc<Self>, req: Request, payload: Option<AlignedBuf>, permit: Permit) {
         let fua = req.flags & CMD_FLAG_FUA != 0;
         let (off, len) = (req.offset, u64::from(req.length));
-        let done = |r: Result<(), VolumeError>| match r {
-            Ok(()) => vec![Self::ok_bytes(req.handle)],
-            Err(e) => vec![self.error_bytes(req.handle, errno_of(&e), &e.to_string())],
-        };
+        let done = |r| self.status_reply(req.handle, r);
         let parts = match req.command {
             Command::Read => self.read(&req).await,
             Command::Write => match payload {

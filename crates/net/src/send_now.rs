@@ -14,10 +14,32 @@ use compio::net::TcpStream;
 /// the writer.
 pub(crate) const MAX_PARTS: usize = 8;
 
+/// What an immediate send did with a message.
+pub(crate) enum Sent {
+    /// The socket took all of it.
+    All,
+    /// The socket took none of it (its buffer is full, or it failed: the
+    /// writer meets the error).
+    Nothing,
+    /// The socket took part of it; this is the rest.
+    Rest(Vec<u8>),
+}
+
+/// Sends the message made of `parts` (at most [`MAX_PARTS`]) as far as the
+/// socket takes it now, without waiting.
+pub(crate) fn send_parts(stream: &TcpStream, parts: &[&[u8]]) -> Sent {
+    let total: usize = parts.iter().map(|p| p.len()).sum();
+    match send_now(stream, parts) {
+        Ok(n) if n == total => Sent::All,
+        Ok(0) | Err(_) => Sent::Nothing,
+        Ok(n) => Sent::Rest(remainder(parts, n)),
+    }
+}
+
 /// Writes as much of `parts` (at most [`MAX_PARTS`]) as the socket takes
 /// now, without waiting. `Ok(0)` when it takes nothing (its buffer is
 /// full); an error is the socket's and is left for the writer to meet.
-pub(crate) fn send_now(stream: &TcpStream, parts: &[&[u8]]) -> io::Result<usize> {
+fn send_now(stream: &TcpStream, parts: &[&[u8]]) -> io::Result<usize> {
     assert!(parts.len() <= MAX_PARTS);
     let mut iov = [IoSlice::new(&[]); MAX_PARTS];
     for (slot, part) in iov.iter_mut().zip(parts) {
@@ -42,7 +64,7 @@ pub(crate) fn send_now(stream: &TcpStream, parts: &[&[u8]]) -> io::Result<usize>
 
 /// What is left of `parts` after the first `sent` bytes, as one vector
 /// (a partial immediate send is rare: the remainder is copied once).
-pub(crate) fn remainder(parts: &[&[u8]], mut sent: usize) -> Vec<u8> {
+fn remainder(parts: &[&[u8]], mut sent: usize) -> Vec<u8> {
     let mut rest = Vec::new();
     for p in parts {
         if sent >= p.len() {

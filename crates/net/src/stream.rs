@@ -18,7 +18,7 @@ use compio::net::TcpStream;
 use pontoon_buf::AlignedBuf;
 
 use crate::budget::Permit;
-use crate::send_now::{MAX_PARTS, remainder, send_now};
+use crate::send_now::{MAX_PARTS, Sent, send_parts};
 
 /// Size of the inbound buffer: headers and small payloads are copied out of
 /// it, so one `recv` usually brings in several pipelined requests.
@@ -239,13 +239,11 @@ impl Reply {
         for (slot, part) in parts.iter_mut().zip(&self.parts) {
             *slot = part.as_init();
         }
-        let parts = &parts[..self.parts.len()];
-        let total: usize = parts.iter().map(|p| p.len()).sum();
-        match send_now(stream, parts) {
-            Ok(n) if n == total => true,
-            Ok(0) | Err(_) => false,
-            Ok(n) => {
-                self.parts = vec![OutBuf::Bytes(remainder(parts, n))];
+        match send_parts(stream, &parts[..self.parts.len()]) {
+            Sent::All => true,
+            Sent::Nothing => false,
+            Sent::Rest(rest) => {
+                self.parts = vec![OutBuf::Bytes(rest)];
                 false
             }
         }

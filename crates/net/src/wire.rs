@@ -20,7 +20,7 @@ use pontoon_buf::AlignedBuf;
 use pontoon_proto::{FrameHeader, HEADER_LEN, MAX_DATA, MAX_META, Message, ProtoError};
 
 use crate::budget::Permit;
-use crate::send_now::{remainder, send_now};
+use crate::send_now::{Sent, send_parts};
 
 /// Size of the inbound buffer: headers, metadata and small data are copied
 /// out of it, so one `recv` usually brings in several pipelined frames.
@@ -448,13 +448,11 @@ impl Outgoing {
     /// the frame keeps what is left.
     fn send_now(&mut self, stream: &TcpStream) -> bool {
         let data = self.data.as_ref().map_or(&[][..], |d| d.as_init());
-        let parts = [&self.head[..], data];
-        let total = self.head.len() + data.len();
-        match send_now(stream, &parts) {
-            Ok(n) if n == total => true,
-            Ok(0) | Err(_) => false,
-            Ok(n) => {
-                self.head = remainder(&parts, n);
+        match send_parts(stream, &[&self.head[..], data]) {
+            Sent::All => true,
+            Sent::Nothing => false,
+            Sent::Rest(rest) => {
+                self.head = rest;
                 self.data = None;
                 false
             }
