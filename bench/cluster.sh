@@ -13,6 +13,7 @@
 #   --ceph   also run ../shared/bench/ceph-baseline/run.sh right after (about 8 min)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. bench/lib.sh
 time=10s; dir=""; ceph=0
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -48,13 +49,11 @@ rawfio randwrite-qd32 randwrite 32 --sync=dsync
 rm -f "$raw"
 
 echo "== pontoon up: 3 OSDs of 4 GiB, 1 shard each"
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 nbd_port=$(free_port); nvmf_port=$(free_port)
 "$P" up --dir "$dir/cluster" --osds 3 --osd-size 4G --shards 1 --nbd 127.0.0.1:$nbd_port \
     --nvmf 127.0.0.1:$nvmf_port > "$dir/up.log" 2>&1 &
 up_pid=$!
-for _ in $(seq 1 240); do [ -f "$dir/cluster/cluster.toml" ] && break; sleep 0.5; done
-[ -f "$dir/cluster/cluster.toml" ] || { echo "cluster did not start; see $dir/up.log" >&2; exit 1; }
+wait_cluster "$dir"
 C=(--cluster "$dir/cluster")
 "$P" pool create size1 --size 1 --min-size 1 --pgs 64 --failure-domain osd "${C[@]}"
 "$P" pool create size3 --size 3 --min-size 2 --pgs 64 --failure-domain osd "${C[@]}"
@@ -62,9 +61,7 @@ C=(--cluster "$dir/cluster")
 "$P" volume create v3 --size 2G --pool size3 "${C[@]}"
 host=nqn.2026-11.io.pontoon:bench
 for v in v1 v3; do
-  "$P" nvmf subsystem add "nqn.2026-11.io.pontoon:$v" "${C[@]}"
-  "$P" nvmf ns add "nqn.2026-11.io.pontoon:$v" "$v" --nsid 1 "${C[@]}" >/dev/null
-  "$P" nvmf host allow "nqn.2026-11.io.pontoon:$v" "$host" "${C[@]}"
+  nvmf_export "$P" "$host" "$v" "${C[@]}"
 done
 echo "== prefilling both volumes (sequential 1 MiB writes), so reads hit data"
 for v in v1 v3; do

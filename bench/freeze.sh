@@ -15,6 +15,7 @@
 # Usage: bench/freeze.sh [--before 10] [--freeze 30] [--after 20] [--qd 4] [--dir DIR]
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. bench/lib.sh
 before=10; freeze=30; after=20; qd=4; dir=""
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -39,13 +40,11 @@ cleanup() {
 }
 trap cleanup EXIT
 
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 nbd_port=$(free_port)
 echo "== pontoon up: 3 OSDs of 2 GiB, NBD on 127.0.0.1:$nbd_port ($dir)"
 "$P" up --dir "$dir/cluster" --osds 3 --osd-size 2G --shards 1 --nbd 127.0.0.1:$nbd_port > "$dir/up.log" 2>&1 &
 up_pid=$!
-for _ in $(seq 1 240); do [ -f "$dir/cluster/cluster.toml" ] && break; sleep 0.5; done
-[ -f "$dir/cluster/cluster.toml" ] || { echo "cluster did not start; see $dir/up.log" >&2; exit 1; }
+wait_cluster "$dir"
 C=(--cluster "$dir/cluster")
 "$P" pool create size3 --size 3 --min-size 2 --pgs 64 --failure-domain osd "${C[@]}"
 "$P" volume create v3 --size 1G --pool size3 "${C[@]}"

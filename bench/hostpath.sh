@@ -17,6 +17,7 @@
 #   --workers  NBD gateway worker threads (default: the gateway's default)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. bench/lib.sh
 time=10; dir=""; workers=""
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -70,14 +71,12 @@ done
 rm -f "$raw"
 
 echo "== pontoon up: 3 OSDs of 3 GiB, 1 shard each"
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 nbd_port=$(free_port); nvmf_port=$(free_port)
 up_nbd=(--nbd 127.0.0.1:$nbd_port); [ -n "$workers" ] && up_nbd=()
 "$P" up --dir "$dir/cluster" --osds 3 --osd-size 3G --shards 1 "${up_nbd[@]}" \
     --nvmf 127.0.0.1:$nvmf_port > "$dir/up.log" 2>&1 &
 up_pid=$!
-for _ in $(seq 1 240); do [ -f "$dir/cluster/cluster.toml" ] && break; sleep 0.5; done
-[ -f "$dir/cluster/cluster.toml" ] || { echo "cluster did not start; see $dir/up.log" >&2; exit 1; }
+wait_cluster "$dir"
 C=(--cluster "$dir/cluster")
 if [ -n "$workers" ]; then
   "$P" nbd --listen 127.0.0.1:$nbd_port --workers "$workers" "${C[@]}" > "$dir/nbd.log" 2>&1 &
@@ -91,9 +90,7 @@ fi
 host=nqn.2026-11.io.pontoon:hostpath
 for v in v1 v3; do
   "$P" bench --volume "$v" --fill --bs 4M --qd 4 "${C[@]}"
-  "$P" nvmf subsystem add "nqn.2026-11.io.pontoon:$v" "${C[@]}"
-  "$P" nvmf ns add "nqn.2026-11.io.pontoon:$v" "$v" --nsid 1 "${C[@]}" >/dev/null
-  "$P" nvmf host allow "nqn.2026-11.io.pontoon:$v" "$host" "${C[@]}"
+  nvmf_export "$P" "$host" "$v" "${C[@]}"
 done
 for _ in $(seq 1 40); do nbdinfo "nbd://127.0.0.1:$nbd_port/v1" >/dev/null 2>&1 && break; sleep 0.25; done
 
