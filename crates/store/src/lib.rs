@@ -40,5 +40,5 @@ pub use error::{Result, StoreError};
 pub use layout::{DeviceHeader, FormatOptions, SliceLayout};
 pub use mem_device::MemDevice;
 pub use open::read_header;
-pub use stats::{LatencySummary, StoreStats, latency_histogram};
+pub use stats::{LatencySummary, StoreStats, VolumeUsage, latency_histogram};
 pub use store::{BackgroundTask, ObjectImage, ReadOutput, Store};

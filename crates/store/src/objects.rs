@@ -5,8 +5,10 @@
 //! record held in memory (`Loc::Journal`). Locations are packed into a `u64`
 //! so that a block entry is 16 bytes.
 
-use pontoon_types::{ObjectId, Version};
+use pontoon_types::{ObjectId, Version, VolumeId};
 use rustc_hash::FxHashMap;
+
+use crate::stats::VolumeUsage;
 
 const JOURNAL_BIT: u64 = 1 << 63;
 const RECNO_BITS: u32 = 41;
@@ -178,13 +180,51 @@ impl ObjectMeta {
     }
 }
 
-/// All objects of one store slice.
+/// All objects of one store slice, and what each volume holds of them.
 #[derive(Default)]
 pub(crate) struct ObjectTable {
     pub map: FxHashMap<ObjectId, ObjectMeta>,
+    /// Objects and allocated blocks per volume, kept in step with `map` by
+    /// [`ObjectTable::charge`] (entries exist only while non-zero).
+    usage: FxHashMap<VolumeId, VolumeUsage>,
 }
 
 impl ObjectTable {
+    /// Records that an object of `volume` went from `before` to `after`
+    /// allocated blocks (`None`: the object did not / no longer exists).
+    pub(crate) fn charge(&mut self, volume: VolumeId, before: Option<usize>, after: Option<usize>) {
+        if before == after {
+            return;
+        }
+        let u = self.usage.entry(volume).or_default();
+        let objects = u.objects as i64 + after.is_some() as i64 - before.is_some() as i64;
+        let blocks = u.blocks as i64 + after.unwrap_or(0) as i64 - before.unwrap_or(0) as i64;
+        assert!(
+            objects >= 0 && blocks >= 0,
+            "volume {volume:?} usage would go negative ({objects} objects, {blocks} blocks)"
+        );
+        u.objects = objects as u64;
+        u.blocks = blocks as u64;
+        if objects == 0 && blocks == 0 {
+            self.usage.remove(&volume);
+        }
+    }
+
+    /// Recounts every volume's usage from the table (after open).
+    pub(crate) fn recount(&mut self) {
+        self.usage.clear();
+        for (oid, o) in &self.map {
+            let u = self.usage.entry(oid.volume).or_default();
+            u.objects += 1;
+            u.blocks += o.blocks.len() as u64;
+        }
+    }
+
+    /// Usage of every volume with objects here.
+    pub(crate) fn usage(&self) -> impl Iterator<Item = (VolumeId, VolumeUsage)> + '_ {
+        self.usage.iter().map(|(v, u)| (*v, *u))
+    }
+
     pub(crate) fn get(&self, oid: &ObjectId) -> Option<&ObjectMeta> {
         self.map.get(oid)
     }

@@ -223,6 +223,11 @@ impl State {
             }
         };
         for en in entries {
+            let before = if accounting {
+                objects.get(&en.oid).map(|o| o.blocks.len())
+            } else {
+                None
+            };
             match en.kind {
                 EntryKind::WriteInline | EntryKind::WriteRow => {
                     let c = &crcs[en.crc_off as usize..(en.crc_off + en.nblk) as usize];
@@ -260,6 +265,10 @@ impl State {
                 }
                 EntryKind::Create => objects.entry(en.oid).version = en.version,
             }
+            if accounting {
+                let after = objects.get(&en.oid).map(|o| o.blocks.len());
+                objects.charge(en.oid.volume, before, after);
+            }
         }
     }
 
@@ -272,6 +281,7 @@ impl State {
             journal,
             ..
         } = self;
+        objects.recount();
         for (oid, obj) in &objects.map {
             for b in &obj.blocks {
                 match b.loc() {

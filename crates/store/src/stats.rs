@@ -97,6 +97,16 @@ impl Default for Counters {
     }
 }
 
+/// What one volume holds in a slice: kept up to date on every write,
+/// discard and delete, so reporting it costs no scan.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct VolumeUsage {
+    /// Objects of the volume held.
+    pub objects: u64,
+    /// Allocated 4 KiB blocks of those objects (after discards).
+    pub blocks: u64,
+}
+
 /// A snapshot of a slice's counters and space.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct StoreStats {

@@ -9,7 +9,7 @@ use std::rc::Rc;
 use std::time::Instant;
 
 use pontoon_buf::AlignedBuf;
-use pontoon_types::{BLOCK_SIZE, BLOCK_SIZE_U64, ObjectId, Version};
+use pontoon_types::{BLOCK_SIZE, BLOCK_SIZE_U64, ObjectId, Version, VolumeId};
 use smallvec::SmallVec;
 
 use crate::device::BlockDevice;
@@ -19,7 +19,7 @@ use crate::objects::{Loc, MAX_RECORD_BUFS};
 use crate::record::{Entry, EntryKind, MAX_ENTRIES, MAX_ENTRY_BYTES};
 use crate::signal::Signal;
 use crate::state::State;
-use crate::stats::{LatencySummary, StoreStats};
+use crate::stats::{LatencySummary, StoreStats, VolumeUsage};
 
 /// Writes of more blocks than this are redirect-on-write; smaller ones go
 /// through the journal.
@@ -864,6 +864,13 @@ impl<D: BlockDevice> Store<D> {
     /// it did. It stays so until reopened.
     pub fn failure(&self) -> Option<String> {
         self.inner.st.borrow().failed.clone()
+    }
+
+    /// Objects and allocated blocks per volume, ascending by volume.
+    pub fn volume_usage(&self) -> Vec<(VolumeId, VolumeUsage)> {
+        let mut v: Vec<_> = self.inner.st.borrow().objects.usage().collect();
+        v.sort_unstable_by_key(|(id, _)| *id);
+        v
     }
 
     /// A snapshot of counters and space.

@@ -49,7 +49,7 @@ proptest! {
 
     #[test]
     fn store_matches_model_through_reopens_and_power_failures(ops in proptest::collection::vec(op(), 1..40)) {
-        let universe: Vec<ObjectId> = (0..5).map(|i| ObjectId::new(7, i)).collect();
+        let universe: Vec<ObjectId> = (0..5).map(|i| ObjectId::new(7 + i % 2, i)).collect();
         let mut h = Harness::fresh();
         let mut model = Model::default();
         for (step, op) in ops.into_iter().enumerate() {

@@ -10,8 +10,8 @@ use std::future::Future;
 use futures::executor::LocalPool;
 use futures::task::LocalSpawnExt;
 use pontoon_buf::AlignedBuf;
-use pontoon_store::{FormatOptions, MemDevice, Store};
-use pontoon_types::{BLOCK_SIZE, ObjectId, Version};
+use pontoon_store::{FormatOptions, MemDevice, Store, VolumeUsage};
+use pontoon_types::{BLOCK_SIZE, ObjectId, Version, VolumeId};
 
 /// Object size used by the tests: 64 blocks.
 pub const OBJECT_BLOCKS: u32 = 64;
@@ -164,4 +164,12 @@ pub fn check(h: &mut Harness, model: &Model, universe: &[ObjectId]) {
             .map_or(0, |o| o.1.len() as u64 * BLOCK_SIZE as u64);
         assert_eq!(alloc, want_alloc, "object {oid}: allocated bytes");
     }
+    let mut want_usage: BTreeMap<VolumeId, VolumeUsage> = BTreeMap::new();
+    for (oid, (_, blocks)) in &model.objects {
+        let u = want_usage.entry(oid.volume).or_default();
+        u.objects += 1;
+        u.blocks += blocks.len() as u64;
+    }
+    let usage: BTreeMap<VolumeId, VolumeUsage> = h.store.volume_usage().into_iter().collect();
+    assert_eq!(usage, want_usage, "per-volume usage counters");
 }
