@@ -523,7 +523,7 @@ pub struct PgReport {
 
 /// What one OSD reports periodically to the manager. Key `reports/<osd>`;
 /// not part of [`ClusterMap`] (reports change often and do not move data).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct OsdReport {
     /// The reporting OSD.
     #[serde(with = "ids::osd_id")]
@@ -535,12 +535,43 @@ pub struct OsdReport {
     pub pgs: Vec<PgReport>,
     /// Bytes in use on the device.
     pub used_bytes: u64,
-    /// Usable bytes of the device.
+    /// Usable bytes of the device: its data areas.
     pub capacity_bytes: u64,
+    /// Bytes of the device (or file) itself.
+    #[serde(default)]
+    pub device_bytes: u64,
+    /// Bytes of the data areas still free for new data.
+    #[serde(default)]
+    pub free_bytes: u64,
+    /// Bytes of the journal rings (the write buffer).
+    #[serde(default)]
+    pub journal_bytes: u64,
+    /// What each volume holds on this OSD: every copy here, stray copies
+    /// included until reclaimed. Ascending by volume.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub volumes: Vec<VolumeSpace>,
+    /// Objects of removed volumes and stray PG copies waiting to be deleted.
+    #[serde(default)]
+    pub reclaim_pending: u64,
+    /// Objects deleted by reclaim since the OSD started.
+    #[serde(default)]
+    pub reclaimed_objects: u64,
     /// OSDs this one shares PGs with and has not heard from, by heartbeat,
     /// for longer than the grace.
     #[serde(default, skip_serializing_if = "Vec::is_empty", with = "ids::osd_ids")]
     pub unreachable: Vec<OsdId>,
+}
+
+/// What one volume holds on one OSD.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct VolumeSpace {
+    /// The volume.
+    #[serde(with = "ids::volume_id")]
+    pub volume: VolumeId,
+    /// Objects held.
+    pub objects: u64,
+    /// Allocated bytes of those objects (written and not discarded).
+    pub bytes: u64,
 }
 
 /// The id counters (`next/osd`, `next/pool`, `next/volume`): the smallest id
@@ -999,6 +1030,7 @@ mod tests {
             used_bytes: 100,
             capacity_bytes: 1000,
             unreachable: Vec::new(),
+            ..Default::default()
         };
         let json = serde_json::to_string(&r).unwrap();
         assert!(json.contains(r#""state":"active+recovering""#), "{json}");

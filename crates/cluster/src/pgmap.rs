@@ -442,6 +442,7 @@ mod tests {
             used_bytes: 0,
             capacity_bytes: 0,
             unreachable: Vec::new(),
+            ..Default::default()
         };
         let stale = report(primary, Epoch(1), PgState::ActiveClean);
         let not_primary = report(other, rec.interval, PgState::ActiveClean);

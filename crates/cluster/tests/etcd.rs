@@ -266,6 +266,7 @@ async fn osds_get_pgs_and_reregistering_keeps_out_state() {
         used_bytes: 1 << 20,
         capacity_bytes: 1 << 30,
         unreachable: vec![OsdId(2)],
+        ..Default::default()
     };
     s.put_report(&report).await.unwrap();
     assert_eq!(s.reports().await.unwrap(), vec![report]);
@@ -379,6 +380,7 @@ async fn watch_delivers_changes_promptly_and_ignores_reports() {
             used_bytes: 0,
             capacity_bytes: 0,
             unreachable: Vec::new(),
+            ..Default::default()
         })
         .await
         .unwrap();

@@ -548,6 +548,7 @@ mod tests {
             used_bytes: 0,
             capacity_bytes: 0,
             unreachable: Vec::new(),
+            ..Default::default()
         };
         // Still recovering: nothing to trim, no change.
         let recovering: Vec<_> = (0..3)
@@ -617,6 +618,7 @@ mod tests {
             used_bytes: 0,
             capacity_bytes: 0,
             unreachable: peers.iter().copied().map(OsdId).collect(),
+            ..Default::default()
         }
     }
 

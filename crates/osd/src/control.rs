@@ -4,13 +4,13 @@
 //! The loop does the I/O the life cycle asks for and nothing else, so what
 //! the simulator proves of the rules holds for the daemon.
 
-use std::collections::{BTreeSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use pontoon_cluster::{ClusterMap, OsdReport};
-use pontoon_types::{Epoch, OsdId};
+use pontoon_cluster::{ClusterMap, OsdReport, VolumeSpace};
+use pontoon_types::{BLOCK_SIZE_U64, Epoch, OsdId, VolumeId};
 
 use crate::daemon::{in_any_interval, pg_reports};
 use crate::life::{Action, Input, Life, State};
@@ -179,22 +179,44 @@ async fn report<S: MapSource>(
     last: &mut Option<(OsdReport, Instant)>,
 ) {
     let mut pgs = Vec::new();
-    let (mut used, mut capacity) = (0, 0);
     let mut unreachable = BTreeSet::new();
-    for s in shards {
-        used += s.stats.used_bytes;
-        capacity += s.stats.capacity_bytes;
-        pgs.extend(pg_reports(&s.pgs));
-        unreachable.extend(s.unreachable.iter().copied());
-    }
-    let r = OsdReport {
+    let mut volumes: BTreeMap<VolumeId, VolumeSpace> = BTreeMap::new();
+    let mut r = OsdReport {
         osd: me,
         epoch: map.epoch,
-        pgs,
-        used_bytes: used,
-        capacity_bytes: capacity,
-        unreachable: unreachable.into_iter().collect(),
+        pgs: Vec::new(),
+        used_bytes: 0,
+        capacity_bytes: 0,
+        device_bytes: map.osds.get(&me).map_or(0, |o| o.device_bytes),
+        free_bytes: 0,
+        journal_bytes: 0,
+        volumes: Vec::new(),
+        reclaim_pending: 0,
+        reclaimed_objects: 0,
+        unreachable: Vec::new(),
     };
+    for s in shards {
+        r.used_bytes += s.stats.used_bytes;
+        r.capacity_bytes += s.stats.capacity_bytes;
+        r.free_bytes += s.stats.free_bytes;
+        r.journal_bytes += s.stats.journal_bytes;
+        r.reclaim_pending += s.reclaim.pending_objects;
+        r.reclaimed_objects += s.reclaim.deleted_objects;
+        pgs.extend(pg_reports(&s.pgs));
+        unreachable.extend(s.unreachable.iter().copied());
+        for (volume, u) in &s.volumes {
+            let v = volumes.entry(*volume).or_insert(VolumeSpace {
+                volume: *volume,
+                objects: 0,
+                bytes: 0,
+            });
+            v.objects += u.objects;
+            v.bytes += u.blocks * BLOCK_SIZE_U64;
+        }
+    }
+    r.pgs = pgs;
+    r.unreachable = unreachable.into_iter().collect();
+    r.volumes = volumes.into_values().collect();
     let now = source.now();
     let due = last.as_ref().is_none_or(|(prev, at)| {
         *prev != r || now.saturating_duration_since(*at) >= REPORT_REFRESH

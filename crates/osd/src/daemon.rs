@@ -111,7 +111,8 @@ pub fn run(cfg: OsdConfig, stop: Arc<AtomicBool>) -> Result<OsdId, OsdError> {
         txs: shards.iter().map(|s| s.tx.clone()).collect(),
         deadlines: shards.iter().map(|s| s.deadline.clone()).collect(),
     };
-    let device_bytes = std::fs::metadata(&cfg.device).map(|m| m.len()).unwrap_or(0);
+    let device_bytes = pontoon_store::device::device_size(&cfg.device)
+        .map_err(|e| dev_err(format!("cannot read its size: {e}")))?;
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

@@ -26,6 +26,7 @@ pub mod map;
 pub mod peering;
 pub mod peers;
 pub mod pg;
+pub mod reclaim;
 mod replica;
 pub mod shard;
 #[doc(hidden)]

@@ -51,6 +51,9 @@ pub struct ShardMap {
     pub pools: FxHashMap<PoolId, PoolParams>,
     /// Pool of each volume that exists.
     pub volumes: FxHashMap<u64, PoolId>,
+    /// The smallest volume id not yet handed out: an id below it that
+    /// `volumes` lacks belongs to a removed volume (0: none is known).
+    pub next_volume: u64,
     /// Every PG of every pool.
     pub pgs: FxHashMap<PgId, PgEntry>,
     /// Listening addresses of each OSD, one per shard.

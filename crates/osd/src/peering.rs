@@ -32,6 +32,7 @@ use pontoon_types::{Epoch, ObjectId, OsdId, PgId, Version};
 
 use crate::peers::Peers;
 use crate::pg::{Missing, Phase};
+use crate::reclaim::volume_removed;
 use crate::replica::{flatten_image, split_extents};
 use crate::shard::Shard;
 
@@ -323,10 +324,17 @@ impl<D: BlockDevice + 'static, P: Peers> Shard<D, P> {
         oid: ObjectId,
     ) -> Result<(), String> {
         let (m, e) = {
-            let pgs = self.pgs.borrow();
-            let Some(p) = pgs.get(&pg).filter(|p| p.generation == generation) else {
+            let mut pgs = self.pgs.borrow_mut();
+            let Some(p) = pgs.get_mut(&pg).filter(|p| p.generation == generation) else {
                 return Err("interval changed".into());
             };
+            if volume_removed(&self.map(), oid) {
+                // Peered before its volume was removed: nothing to recover,
+                // and reclaim deletes every copy.
+                p.missing.remove(&oid);
+                p.objects = p.objects.saturating_sub(1);
+                return Ok(());
+            }
             match p.missing.get(&oid) {
                 None => return Ok(()),
                 Some(m) => (m.clone(), p.entry.interval),

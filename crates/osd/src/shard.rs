@@ -9,8 +9,8 @@ use std::sync::Arc;
 use pontoon_buf::AlignedBuf;
 use pontoon_net::{Frame, Handler};
 use pontoon_proto::{Message, Reply, Role, Status};
-use pontoon_store::{BlockDevice, Store, StoreError, StoreStats};
-use pontoon_types::{Epoch, OsdId, PgId};
+use pontoon_store::{BlockDevice, Store, StoreError, StoreStats, VolumeUsage};
+use pontoon_types::{Epoch, OsdId, PgId, VolumeId};
 use rustc_hash::FxHashMap;
 
 use pontoon_net::budget::Budget;
@@ -21,6 +21,7 @@ use crate::locks::{InFlight, ObjectLocks};
 use crate::map::ShardMap;
 use crate::peers::Peers;
 use crate::pg::{Pg, Phase};
+use crate::reclaim::{Reclaim, ReclaimProgress};
 
 /// Objects recovered at once per shard: recovery must not starve client I/O.
 pub const RECOVERY_SLOTS: usize = 2;
@@ -47,6 +48,8 @@ pub struct Shard<D: BlockDevice, P: Peers> {
     /// What the shard knows of its peers' heartbeats.
     pub(crate) heartbeats: Heartbeats,
     generation: Cell<u64>,
+    /// Deleting objects of removed volumes and stray PG copies.
+    pub(crate) reclaim: Reclaim,
     /// Deliberately broken replication, for the simulator's self-test.
     pub(crate) broken_ack: Cell<bool>,
 }
@@ -79,6 +82,10 @@ pub struct ShardReport {
     pub pgs: Vec<PgStatus>,
     /// Its store's space and counters.
     pub stats: StoreStats,
+    /// Objects and allocated blocks per volume in its store.
+    pub volumes: Vec<(VolumeId, VolumeUsage)>,
+    /// How far deleting garbage has got.
+    pub reclaim: ReclaimProgress,
     /// Why its store stopped accepting writes, if it did.
     pub store_failure: Option<String>,
     /// Peers that have not answered its heartbeats within the grace.
@@ -109,6 +116,7 @@ impl<D: BlockDevice + 'static, P: Peers> Shard<D, P> {
             deadline,
             heartbeats: Heartbeats::default(),
             generation: Cell::new(0),
+            reclaim: Reclaim::default(),
             broken_ack: Cell::new(false),
         })
     }
@@ -157,6 +165,8 @@ impl<D: BlockDevice + 'static, P: Peers> Shard<D, P> {
         ShardReport {
             pgs: self.pg_status(),
             stats: self.store.stats(),
+            volumes: self.store.volume_usage(),
+            reclaim: self.reclaim.progress(),
             store_failure: self.store.failure(),
             unreachable: self.heartbeats.unreachable(pontoon_rt::now()),
         }
@@ -208,6 +218,7 @@ impl<D: BlockDevice + 'static, P: Peers> Shard<D, P> {
             let shard = self.clone();
             pontoon_rt::spawn(async move { shard.peer_loop(id, g).await });
         }
+        self.want_reclaim();
     }
 
     /// States of this shard's PGs in which this OSD is a member or was asked.

@@ -8,6 +8,7 @@ use crate::map::{PastInterval, PgEntry, PoolParams, ShardMap};
 pub fn shard_map(map: &ClusterMap) -> ShardMap {
     let mut m = ShardMap {
         epoch: map.epoch,
+        next_volume: map.next.volume,
         ..Default::default()
     };
     for (id, p) in &map.pools {

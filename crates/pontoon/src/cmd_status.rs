@@ -347,6 +347,7 @@ mod tests {
                 used_bytes: 4096,
                 capacity_bytes: 1 << 30,
                 unreachable: vec![OsdId(2)],
+                ..Default::default()
             },
             OsdReport {
                 osd: OsdId(1),
@@ -359,6 +360,7 @@ mod tests {
                 used_bytes: 0,
                 capacity_bytes: 1 << 30,
                 unreachable: Vec::new(),
+                ..Default::default()
             },
         ];
         let mut m = map();

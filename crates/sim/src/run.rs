@@ -17,9 +17,10 @@ use crate::executor::{ProcId, Stall, WORLD};
 use crate::nemesis::{Plan, heal, nemesis};
 use crate::net::ClientWire;
 use crate::workload::{
-    BLOCK, History, Outcome as OpOutcome, Shape, describe_difference, offset_of, read_one, worker,
+    BLOCK, History, Outcome as OpOutcome, Shape, describe_difference, encode, offset_of, read_one,
+    worker,
 };
-use crate::world::{Config, VOLUME, World};
+use crate::world::{Config, SCRATCH, VOLUME, World};
 
 /// A family of fault schedules.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -186,6 +187,11 @@ fn drive(world: &Rc<World>, plan: &Plan, fault_time: Duration) -> Option<String>
             Err(e) => return Some(e),
         }
     }
+    let third = fault_time.as_millis() as u64 / 3;
+    let remove_at = Duration::from_millis(ctx.range(third, 2 * third));
+    if let Err(e) = start_scratch(world, shape, remove_at) {
+        return Some(e);
+    }
     if plan.client_crashes {
         let (w, h) = (world.clone(), hist.clone());
         ctx.exec.spawn_on(WORLD, async move {
@@ -220,6 +226,7 @@ fn drive(world: &Rc<World>, plan: &Plan, fault_time: Duration) -> Option<String>
     let mut problems: Vec<String> = world.problems.borrow().clone();
     problems.extend(checker::check(&hist.ops()));
     problems.extend(compare_settled(world));
+    problems.extend(reclaimed(world));
     if problems.is_empty() {
         None
     } else {
@@ -228,6 +235,45 @@ fn drive(world: &Rc<World>, plan: &Plan, fault_time: Duration) -> Option<String>
 }
 
 /// Starts client process `c` with its workers; returns the process.
+/// Writes to the scratch volume until `remove_at`, then removes it: its
+/// objects, and the stray copies the faults left, must all be deleted.
+fn start_scratch(world: &Rc<World>, shape: Shape, remove_at: Duration) -> Result<(), String> {
+    let (vol, proc) = open_volume(world, 98, SCRATCH)?;
+    let ctx = world.ctx.clone();
+    world.ctx.exec.spawn_on(proc, async move {
+        while ctx.exec.elapsed() < remove_at {
+            let block = ctx.pick(shape.blocks as usize) as u32;
+            let at = offset_of(block, shape.blocks_per_object, shape.object_size);
+            let _ = vol.write_at(at, &encode(u64::from(block))).await;
+            pontoon_rt::sleep(Duration::from_millis(ctx.range(0, 20))).await;
+        }
+    });
+    let w = world.clone();
+    world.ctx.exec.spawn_on(WORLD, async move {
+        pontoon_rt::sleep(remove_at).await;
+        w.remove_volume(SCRATCH);
+    });
+    Ok(())
+}
+
+/// Waits for every running OSD to delete what nobody needs; what is left
+/// after a minute is a failure.
+fn reclaimed(world: &Rc<World>) -> Vec<String> {
+    let deadline = world.ctx.exec.elapsed() + Duration::from_secs(60);
+    match world
+        .ctx
+        .exec
+        .run_until(deadline, || world.garbage().is_empty())
+    {
+        Ok(()) => Vec::new(),
+        Err(_) => world
+            .garbage()
+            .into_iter()
+            .map(|g| format!("reclaim: 60 s after settling, {g}"))
+            .collect(),
+    }
+}
+
 fn start_client(
     world: &Rc<World>,
     hist: &Rc<History>,
@@ -235,7 +281,7 @@ fn start_client(
     shape: Shape,
     until: Duration,
 ) -> Result<ProcId, String> {
-    let (vol, proc) = open_volume(world, c)?;
+    let (vol, proc) = open_volume(world, c, VOLUME)?;
     for _ in 0..WORKERS_PER_CLIENT {
         let (ctx, h, v) = (world.ctx.clone(), hist.clone(), vol.clone());
         world
@@ -279,7 +325,11 @@ async fn crash_clients(
     }
 }
 
-fn open_volume(world: &Rc<World>, c: u32) -> Result<(pontoon_client::Volume, ProcId), String> {
+fn open_volume(
+    world: &Rc<World>,
+    c: u32,
+    name: &str,
+) -> Result<(pontoon_client::Volume, ProcId), String> {
     let proc = world.new_proc();
     let feed = world.add_client(proc);
     let wire = ClientWire {
@@ -288,7 +338,7 @@ fn open_volume(world: &Rc<World>, c: u32) -> Result<(pontoon_client::Volume, Pro
     };
     let client = Client::with_wire(feed, Wire::Custom(Rc::new(wire)));
     client
-        .open(VOLUME)
+        .open(name)
         .map(|v| (v, proc))
         .map_err(|e| format!("opening the volume: {e}"))
 }
@@ -296,7 +346,7 @@ fn open_volume(world: &Rc<World>, c: u32) -> Result<(pontoon_client::Volume, Pro
 /// Reads every block once more, fault-free, after the cluster settled.
 fn final_reads(world: &Rc<World>, hist: &Rc<History>, shape: Shape) -> Option<String> {
     let ctx = world.ctx.clone();
-    let (vol, proc) = match open_volume(world, 99) {
+    let (vol, proc) = match open_volume(world, 99, VOLUME) {
         Ok(v) => v,
         Err(e) => return Some(e),
     };

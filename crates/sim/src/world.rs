@@ -78,6 +78,9 @@ impl Default for Config {
 
 /// Name of the simulated volume.
 pub const VOLUME: &str = "simvol";
+/// A second volume, written to and then removed under faults, whose
+/// objects every OSD must end up deleting.
+pub const SCRATCH: &str = "scratch";
 /// Unix time at virtual time zero (the manager works in Unix seconds).
 const UNIX_BASE: u64 = 1_800_000_000;
 
@@ -165,10 +168,20 @@ impl World {
                 object_size: cfg.object_size,
             },
         );
+        map.volumes.insert(
+            VolumeId(2),
+            VolumeRecord {
+                id: VolumeId(2),
+                name: SCRATCH.into(),
+                pool: PoolId(1),
+                size_bytes: cfg.objects * cfg.object_size,
+                object_size: cfg.object_size,
+            },
+        );
         map.next = NextIds {
             osd: cfg.osds,
             pool: 2,
-            volume: 2,
+            volume: 3,
         };
         map.epoch = Epoch(1);
         if let Err(e) = recompute(&mut map) {
@@ -709,6 +722,40 @@ impl World {
                     s.detail.map(|d| format!(": {d}")).unwrap_or_default()
                 )),
                 None => out.push(format!("pg {pg}: unknown to its primary {primary}")),
+            }
+        }
+        out
+    }
+
+    /// Removes volume `name` from the map (as `pontoon volume rm` does).
+    pub fn remove_volume(self: &Rc<Self>, name: &str) {
+        let mut m = self.map.borrow().clone();
+        let Some(id) = m.volume_by_name(name).map(|v| v.id) else {
+            return;
+        };
+        m.volumes.remove(&id);
+        m.epoch = Epoch(m.epoch.0 + 1);
+        self.ctx
+            .log(format!("map @{}: volume {name} removed", m.epoch));
+        self.publish(m);
+    }
+
+    /// Objects that running OSDs still hold although the current map says
+    /// nobody needs them (removed volumes, stray PG copies).
+    pub fn garbage(&self) -> Vec<String> {
+        let map = shard_map(&self.map.borrow());
+        let mut out = Vec::new();
+        for (id, osd) in self.osds.borrow().iter() {
+            let Some(shard) = &osd.shard else { continue };
+            let held = shard
+                .store()
+                .list_where(|oid| pontoon_osd::reclaim::classify(&map, *id, oid).is_some());
+            if let Some((oid, _)) = held.first() {
+                out.push(format!(
+                    "{id} still holds {} objects nobody needs (first {oid}: {:?})",
+                    held.len(),
+                    pontoon_osd::reclaim::classify(&map, *id, *oid)
+                ));
             }
         }
         out

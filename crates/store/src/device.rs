@@ -162,6 +162,18 @@ impl FileDevice {
     }
 }
 
+/// Size in bytes of a device or file: the kernel's for a block device
+/// (BLKGETSIZE64), the file's length otherwise.
+pub fn device_size(path: &Path) -> io::Result<u64> {
+    let file = std::fs::File::open(path)?;
+    let meta = file.metadata()?;
+    if meta.file_type().is_block_device() {
+        block_device_size(&file)
+    } else {
+        Ok(meta.len())
+    }
+}
+
 fn block_device_size(file: &std::fs::File) -> io::Result<u64> {
     const BLKGETSIZE64: libc::c_ulong = 0x8008_1272;
     let mut size: u64 = 0;
