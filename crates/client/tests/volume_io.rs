@@ -30,6 +30,7 @@ fn cluster(osds: &[&TestOsd]) -> ClusterMap {
                 in_cluster: true,
                 down_since_unix: None,
                 reported_down: false,
+                full: Default::default(),
             },
         );
         m.alive.insert(id);

@@ -348,7 +348,7 @@ impl MapStore {
         let ops: Vec<TxnOp> = keys::MAP_RANGES
             .iter()
             .map(|r| {
-                let opts = (*r != EPOCH).then(|| GetOptions::new().with_prefix());
+                let opts = (*r != EPOCH && *r != keys::SETTINGS).then(|| GetOptions::new().with_prefix());
                 TxnOp::get(self.key(r), opts)
             })
             .collect();
@@ -1059,6 +1059,7 @@ impl MapStore {
                             in_cluster: true,
                             down_since_unix: None,
                             reported_down: false,
+                            full: Default::default(),
                         },
                     );
                     id = Some(new);

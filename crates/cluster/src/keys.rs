@@ -44,10 +44,14 @@ pub const NEXT_OSD: &str = "next/osd";
 pub const NEXT_POOL: &str = "next/pool";
 /// Key of the next volume id.
 pub const NEXT_VOLUME: &str = "next/volume";
+/// Key of the cluster-wide settings.
+pub const SETTINGS: &str = "settings";
 
 /// The prefixes (and the epoch key) a map load reads; anything else under
 /// the cluster prefix (reports, leader) is not part of the map.
-pub const MAP_RANGES: [&str; 8] = [EPOCH, NEXT, OSDS, ALIVE, POOLS, VOLUMES, PGS, NVMF];
+pub const MAP_RANGES: [&str; 9] = [
+    EPOCH, NEXT, OSDS, ALIVE, POOLS, VOLUMES, PGS, NVMF, SETTINGS,
+];
 
 /// Whether a relative key belongs to the map (a change to it must reach
 /// watchers).
@@ -135,6 +139,7 @@ pub fn encode(map: &ClusterMap) -> Result<BTreeMap<String, Vec<u8>>, ClusterErro
         NEXT_VOLUME.to_string(),
         map.next.volume.to_string().into_bytes(),
     );
+    out.insert(SETTINGS.to_string(), json(SETTINGS, &map.settings)?);
     for o in map.osds.values() {
         let k = osd_key(o.id);
         let v = json(&k, o)?;
@@ -207,6 +212,8 @@ pub fn decode<'a>(
             next.pool = parse_num(key, text()?.trim())?;
         } else if key == NEXT_VOLUME {
             next.volume = parse_num(key, text()?.trim())?;
+        } else if key == SETTINGS {
+            map.settings = from_json(key, value)?;
         } else if let Some(id) = key.strip_prefix(OSDS) {
             let id = OsdId(parse_num(key, id)?);
             let rec: OsdRecord = from_json(key, value)?;
@@ -278,6 +285,7 @@ mod tests {
     fn map() -> ClusterMap {
         let mut m = ClusterMap::new("c");
         m.epoch = Epoch(12);
+        m.settings.full_ratios.full = 0.97;
         m.next = NextIds {
             osd: 3,
             pool: 2,
@@ -294,6 +302,7 @@ mod tests {
                 in_cluster: false,
                 down_since_unix: Some(77),
                 reported_down: false,
+                full: crate::space::FullState::Nearfull,
             },
         );
         m.pools.insert(

@@ -61,6 +61,7 @@ pub mod keys;
 pub mod lease;
 pub mod model;
 pub mod pgmap;
+pub mod space;
 pub mod testkit;
 
 pub use etcd::{MapStore, Updated};
@@ -68,7 +69,7 @@ pub use lease::{Leadership, OsdLease};
 pub use model::{
     ClusterMap, DEFAULT_OBJECT_SIZE, FailureDomain, MAX_NAME_LEN, MAX_PGS_PER_POOL, NextIds,
     OsdRecord, OsdReport, PastInterval, PgRecord, PgReport, PgState, PoolRecord, VolumeRecord,
-    VolumeSpace, is_valid_name,
+    VolumeSpace, is_valid_name, ClusterSettings,
 };
 pub use pgmap::{PgChanges, PgMapError, recompute, trim_clean_pgs, trim_past_intervals};
 

@@ -14,6 +14,8 @@ use std::str::FromStr;
 use pontoon_types::{Epoch, ObjectId, OsdId, PgId, PoolId, VolumeId};
 use serde::{Deserialize, Serialize};
 
+use crate::space::{FullRatios, FullState};
+
 /// Default object size of a new volume: 4 MiB, the unit of placement and
 /// recovery (see DESIGN.md, "Data path").
 pub const DEFAULT_OBJECT_SIZE: u64 = 4 << 20;
@@ -140,6 +142,19 @@ pub struct OsdRecord {
     /// one until the manager releases it (when the reports stop).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub reported_down: bool,
+    /// How full the manager last found the OSD against the full ratios:
+    /// primaries refuse writes needing new space on a PG with a `full`
+    /// member, and recovery does not push to a `backfillfull` one.
+    #[serde(default, skip_serializing_if = "FullState::is_ok")]
+    pub full: FullState,
+}
+
+/// Settings the whole cluster shares, kept in the map (key `settings`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClusterSettings {
+    /// When OSDs count as nearfull, backfillfull and full.
+    #[serde(default)]
+    pub full_ratios: FullRatios,
 }
 
 /// Which unit two replicas of one PG may never share. Key field of
@@ -611,6 +626,8 @@ pub struct ClusterMap {
     pub next: NextIds,
     /// NVMe-oF subsystems by NQN (what the NVMe/TCP gateways export).
     pub nvmf: BTreeMap<String, NvmfSubsystemRecord>,
+    /// Cluster-wide settings.
+    pub settings: ClusterSettings,
 }
 
 impl ClusterMap {
@@ -857,6 +874,8 @@ struct ClusterMapRepr {
     next: NextIds,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     nvmf: Vec<NvmfSubsystemRecord>,
+    #[serde(default)]
+    settings: ClusterSettings,
 }
 
 impl Serialize for ClusterMap {
@@ -871,6 +890,7 @@ impl Serialize for ClusterMap {
             pgs: self.pgs.values().cloned().collect(),
             next: self.next,
             nvmf: self.nvmf.values().cloned().collect(),
+            settings: self.settings.clone(),
         }
         .serialize(s)
     }
@@ -889,6 +909,7 @@ impl<'de> Deserialize<'de> for ClusterMap {
             pgs: r.pgs.into_iter().map(|p| (p.pg, p)).collect(),
             next: r.next,
             nvmf: r.nvmf.into_iter().map(|s| (s.nqn.clone(), s)).collect(),
+            settings: r.settings,
         })
     }
 }
@@ -925,6 +946,7 @@ mod tests {
                 in_cluster: true,
                 down_since_unix: None,
                 reported_down: false,
+                full: Default::default(),
             },
         );
         m.alive.insert(OsdId(3));

@@ -299,6 +299,7 @@ mod tests {
             in_cluster: true,
             down_since_unix: None,
             reported_down: false,
+            full: Default::default(),
         }
     }
 

@@ -283,6 +283,7 @@ mod tests {
                     in_cluster: i != 2,
                     down_since_unix: None,
                     reported_down: false,
+                    full: Default::default(),
                 },
             );
         }

@@ -791,6 +791,7 @@ fn osd_record(id: OsdId, cfg: &Config) -> OsdRecord {
         in_cluster: true,
         down_since_unix: None,
         reported_down: false,
+        full: Default::default(),
     }
 }
 
