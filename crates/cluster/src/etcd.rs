@@ -348,7 +348,8 @@ impl MapStore {
         let ops: Vec<TxnOp> = keys::MAP_RANGES
             .iter()
             .map(|r| {
-                let opts = (*r != EPOCH && *r != keys::SETTINGS).then(|| GetOptions::new().with_prefix());
+                let opts =
+                    (*r != EPOCH && *r != keys::SETTINGS).then(|| GetOptions::new().with_prefix());
                 TxnOp::get(self.key(r), opts)
             })
             .collect();

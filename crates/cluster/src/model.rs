@@ -534,6 +534,9 @@ pub struct PgReport {
     pub missing_objects: u64,
     /// Objects recovered so far in this interval.
     pub recovered_objects: u64,
+    /// Why the PG is incomplete or its recovery waits, in words.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
 }
 
 /// What one OSD reports periodically to the manager. Key `reports/<osd>`;
@@ -1048,6 +1051,7 @@ mod tests {
                 degraded_objects: 2,
                 missing_objects: 1,
                 recovered_objects: 4,
+                note: None,
             }],
             used_bytes: 100,
             capacity_bytes: 1000,

@@ -439,6 +439,7 @@ mod tests {
                 degraded_objects: 0,
                 missing_objects: 0,
                 recovered_objects: 0,
+                note: None,
             }],
             used_bytes: 0,
             capacity_bytes: 0,

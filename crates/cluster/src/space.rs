@@ -455,7 +455,11 @@ mod tests {
     #[test]
     fn a_clean_size3_pool_counts_one_copy_and_is_limited_by_the_fullest_osd() {
         let m = map();
-        let reports = [report(0, 512 * MIB), report(1, 512 * MIB), report(2, 700 * MIB)];
+        let reports = [
+            report(0, 512 * MIB),
+            report(1, 512 * MIB),
+            report(2, 700 * MIB),
+        ];
         let s = space_report(&m, &reports);
         assert_eq!(s.volumes[0].raw_used_bytes, 1724 * MIB);
         assert_eq!(s.volumes[0].used_bytes, 1724 * MIB / 3);

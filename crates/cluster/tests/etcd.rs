@@ -262,6 +262,7 @@ async fn osds_get_pgs_and_reregistering_keeps_out_state() {
             degraded_objects: 0,
             missing_objects: 0,
             recovered_objects: 0,
+            note: None,
         }],
         used_bytes: 1 << 20,
         capacity_bytes: 1 << 30,

@@ -7,6 +7,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::time::{Duration, Instant};
 
+use pontoon_cluster::space::{FullState, ratio};
 use pontoon_cluster::{ClusterMap, OsdReport, PgMapError, recompute, trim_clean_pgs};
 use pontoon_types::OsdId;
 
@@ -77,6 +78,17 @@ pub enum Decision {
         /// How many PGs.
         pgs: usize,
     },
+    /// The OSD crossed a full ratio (either way).
+    Fullness {
+        /// The OSD.
+        osd: OsdId,
+        /// Its state before.
+        from: FullState,
+        /// Its state now.
+        to: FullState,
+        /// Its data area's fill, in tenths of a percent, from its report.
+        permille: u64,
+    },
 }
 
 impl fmt::Display for Decision {
@@ -118,6 +130,17 @@ impl fmt::Display for Decision {
             Decision::Trimmed { pgs } => {
                 write!(f, "dropped past intervals of {pgs} PGs reported clean")
             }
+            Decision::Fullness {
+                osd,
+                from,
+                to,
+                permille,
+            } => write!(
+                f,
+                "{osd} is {to} ({}.{}% used; was {from})",
+                permille / 10,
+                permille % 10
+            ),
         }
     }
 }
@@ -227,6 +250,7 @@ impl Manager {
             }
         }
         self.down_seen.retain(|o, _| map.osds.contains_key(o));
+        out.extend(update_fullness(map, reports));
         let changes = recompute(map)?;
         if !changes.is_empty() {
             out.push(Decision::Pgs {
@@ -241,6 +265,29 @@ impl Manager {
         }
         Ok(out)
     }
+}
+
+/// Sets each reporting OSD's full state from its report against the
+/// cluster's full ratios. An OSD that has not reported keeps its state.
+fn update_fullness(map: &mut ClusterMap, reports: &[OsdReport]) -> Vec<Decision> {
+    let ratios = map.settings.full_ratios;
+    let mut out = Vec::new();
+    for r in reports {
+        let Some(osd) = map.osds.get_mut(&r.osd) else {
+            continue;
+        };
+        let to = ratios.state(r.used_bytes, r.capacity_bytes);
+        if to != osd.full && r.capacity_bytes > 0 {
+            out.push(Decision::Fullness {
+                osd: osd.id,
+                from: osd.full,
+                to,
+                permille: (ratio(r.used_bytes, r.capacity_bytes) * 1000.0) as u64,
+            });
+            osd.full = to;
+        }
+    }
+    out
 }
 
 /// The OSDs that enough of their peers report unreachable, with the
@@ -366,6 +413,44 @@ mod tests {
             *m = before;
         }
         d
+    }
+
+    #[test]
+    fn osds_crossing_the_full_ratios_are_flagged_both_ways() {
+        let mut m = healthy();
+        let mut g = mgr();
+        let fill = |osd: u32, used: u64| OsdReport {
+            osd: OsdId(osd),
+            used_bytes: used,
+            capacity_bytes: 1000,
+            ..Default::default()
+        };
+        let d = pass(
+            &mut g,
+            &mut m,
+            &[fill(0, 960), fill(1, 860), fill(2, 10)],
+            0,
+        );
+        assert_eq!(m.osds[&OsdId(0)].full, FullState::Full);
+        assert_eq!(m.osds[&OsdId(1)].full, FullState::Nearfull);
+        assert_eq!(m.osds[&OsdId(2)].full, FullState::Ok);
+        assert_eq!(
+            d.iter().map(ToString::to_string).collect::<Vec<_>>(),
+            [
+                "osd.0 is full (96.0% used; was ok)",
+                "osd.1 is nearfull (86.0% used; was ok)"
+            ]
+        );
+        m.settings.full_ratios.full = 0.97;
+        pass(&mut g, &mut m, &[fill(0, 960)], 0);
+        assert_eq!(m.osds[&OsdId(0)].full, FullState::Backfillfull);
+        assert_eq!(
+            m.osds[&OsdId(1)].full,
+            FullState::Nearfull,
+            "no report: kept"
+        );
+        pass(&mut g, &mut m, &[fill(0, 100), fill(1, 100)], 0);
+        assert!(m.osds.values().all(|o| o.full == FullState::Ok));
     }
 
     #[test]
@@ -544,6 +629,7 @@ mod tests {
                     degraded_objects: 0,
                     missing_objects: 0,
                     recovered_objects: 0,
+                    note: None,
                 })
                 .collect(),
             used_bytes: 0,

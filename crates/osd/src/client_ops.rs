@@ -276,6 +276,9 @@ impl<D: BlockDevice + 'static, P: Peers> Shard<D, P> {
             return error(Status::Malformed, Epoch(0), "write data checksum mismatch");
         }
         let len = data.len() as u64;
+        if let Some(why) = self.full_refusal(&t, w.offset, len) {
+            return error(Status::NoSpace, Epoch(0), why);
+        }
         let op = |t: Target, version| SubOp {
             target: t,
             version,

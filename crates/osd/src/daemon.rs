@@ -473,6 +473,7 @@ pub fn pg_reports(statuses: &[PgStatus]) -> Vec<PgReport> {
                 degraded_objects: s.degraded,
                 missing_objects: s.missing,
                 recovered_objects: s.recovered,
+                note: s.detail.clone(),
             })
         })
         .collect()

@@ -19,6 +19,7 @@ mod client_ops;
 pub mod control;
 pub mod daemon;
 pub mod deadline;
+mod full;
 pub mod heartbeat;
 pub mod life;
 pub mod locks;

@@ -5,6 +5,7 @@
 
 use std::net::SocketAddr;
 
+use pontoon_cluster::space::{FullRatios, FullState};
 use pontoon_types::{Epoch, ObjectId, OsdId, PgId, PoolId};
 use rustc_hash::{FxHashMap, FxHashSet};
 
@@ -61,6 +62,10 @@ pub struct ShardMap {
     /// OSDs that held their liveness lease when this map was read. One that
     /// did not is fenced (it stops serving before etcd drops its lease).
     pub alive: FxHashSet<OsdId>,
+    /// When OSDs count as backfillfull and full.
+    pub full_ratios: FullRatios,
+    /// OSDs the manager found at or above a full ratio, with their state.
+    pub fullness: FxHashMap<OsdId, FullState>,
 }
 
 impl ShardMap {
@@ -69,6 +74,11 @@ impl ShardMap {
         let pool = *self.volumes.get(&oid.volume.0)?;
         let p = self.pools.get(&pool)?;
         Some(pg_for(pool, p.pgs, oid))
+    }
+
+    /// How full the manager last found `osd`.
+    pub fn fullness(&self, osd: OsdId) -> FullState {
+        self.fullness.get(&osd).copied().unwrap_or_default()
     }
 
     /// Where `osd` serves `pg`: its shard `pg.index % shards`.

@@ -342,6 +342,10 @@ impl<D: BlockDevice + 'static, P: Peers> Shard<D, P> {
         };
         tracing::debug!(%pg, %oid, version = %m.version, holders = ?m.holders, stale = ?m.stale, me = %self.me, "recovering");
         let target = Target { pg, epoch: e, oid };
+        if let Some(why) = m.stale.iter().find_map(|o| self.backfill_refusal(*o)) {
+            self.note_recovery_wait(pg, generation, Some(why.clone()));
+            return Err(why);
+        }
         let image = if m.stale.contains(&self.me) {
             let img = self.pull_from(&m.holders, target, m.version).await?;
             if !self.is_current(pg, generation) {
@@ -394,6 +398,7 @@ impl<D: BlockDevice + 'static, P: Peers> Shard<D, P> {
             if left.is_empty() {
                 p.missing.remove(&oid);
                 p.recovered += 1;
+                p.waiting = None;
             } else if let Some(mm) = p.missing.get_mut(&oid) {
                 for o in &mm.stale {
                     if !left.contains(o) && !mm.holders.contains(o) {
@@ -407,6 +412,18 @@ impl<D: BlockDevice + 'static, P: Peers> Shard<D, P> {
             Ok(())
         } else {
             Err(failures.join("; "))
+        }
+    }
+
+    /// Records why the PG's recovery waits (`None`: it no longer does).
+    fn note_recovery_wait(&self, pg: PgId, generation: u64, why: Option<String>) {
+        if let Some(p) = self
+            .pgs
+            .borrow_mut()
+            .get_mut(&pg)
+            .filter(|p| p.generation == generation)
+        {
+            p.waiting = why;
         }
     }
 

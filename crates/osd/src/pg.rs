@@ -94,6 +94,8 @@ pub struct Pg {
     pub objects: u64,
     /// A background recovery task runs for this interval.
     pub recovering: bool,
+    /// Why recovery waits (an acting member is too full to take data).
+    pub waiting: Option<String>,
     /// Bumped whenever the interval changes, so tasks of an older one stop.
     pub generation: u64,
     /// Fires when this life of the PG ends.
@@ -116,6 +118,7 @@ impl Pg {
             recovered: 0,
             objects: 0,
             recovering: false,
+            waiting: None,
             generation,
             end: IntervalEnd::new(),
         }

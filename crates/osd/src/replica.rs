@@ -103,7 +103,15 @@ impl<D: BlockDevice + 'static, P: Peers> Shard<D, P> {
                 _ => return error(Status::Malformed, known, "discard needs one extent"),
             },
             SubOpKind::Replace => match split_extents(&op.extents, &data) {
-                Some(ext) => self.store.replace(t.oid, op.version, &ext).await,
+                Some(ext) => {
+                    let grows = ext.iter().any(|(off, d)| {
+                        self.store.unallocated_blocks(t.oid, *off, d.len() as u64) > 0
+                    });
+                    if let Some(why) = self.backfill_refusal(self.me).filter(|_| grows) {
+                        return error(Status::NoSpace, known, why);
+                    }
+                    self.store.replace(t.oid, op.version, &ext).await
+                }
                 None => {
                     return error(
                         Status::Malformed,

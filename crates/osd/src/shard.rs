@@ -63,7 +63,7 @@ pub struct PgStatus {
     pub interval: Epoch,
     /// "active+clean", "peering", "incomplete", ...
     pub state: String,
-    /// Why the PG is incomplete, if it is.
+    /// Why the PG is incomplete, or why its recovery waits, if it does.
     pub detail: Option<String>,
     /// Objects in the PG (known to its primary).
     pub objects: u64,
@@ -233,7 +233,7 @@ impl<D: BlockDevice + 'static, P: Peers> Shard<D, P> {
                 state: pg.state_name(),
                 detail: match &pg.phase {
                     Phase::Incomplete(why) => Some(why.clone()),
-                    _ => None,
+                    _ => pg.waiting.clone(),
                 },
                 objects: pg.objects,
                 degraded: pg.degraded(),

@@ -26,7 +26,11 @@ pub fn shard_map(map: &ClusterMap) -> ShardMap {
     }
     for (id, o) in &map.osds {
         m.addrs.insert(*id, o.addrs.clone());
+        if !o.full.is_ok() {
+            m.fullness.insert(*id, o.full);
+        }
     }
+    m.full_ratios = map.settings.full_ratios;
     m.alive.extend(map.alive.iter().copied());
     for (id, pg) in &map.pgs {
         m.pgs.insert(

@@ -331,6 +331,7 @@ mod tests {
             degraded_objects: missing,
             missing_objects: missing,
             recovered_objects: recovered,
+            note: None,
         }
     }
 

@@ -866,6 +866,24 @@ impl<D: BlockDevice> Store<D> {
         self.inner.st.borrow().failed.clone()
     }
 
+    /// Bytes holding data and bytes of the data area: how full the slice
+    /// is, cheaply (no counters copied).
+    pub fn fill(&self) -> (u64, u64) {
+        let st = self.inner.st.borrow();
+        (
+            (st.alloc.used() + st.journal.live_blocks) * BLOCK_SIZE_U64,
+            st.layout.data_blocks * BLOCK_SIZE_U64,
+        )
+    }
+
+    /// How many 4 KiB blocks of `offset..offset+len` of `oid` are not
+    /// allocated (what writing the range would newly allocate).
+    pub fn unallocated_blocks(&self, oid: ObjectId, offset: u64, len: u64) -> u64 {
+        let start = (offset / BLOCK_SIZE_U64) as u32;
+        let n = len.div_ceil(BLOCK_SIZE_U64) as u32;
+        u64::from(self.inner.st.borrow().objects.missing(&oid, start, n))
+    }
+
     /// Objects and allocated blocks per volume, ascending by volume.
     pub fn volume_usage(&self) -> Vec<(VolumeId, VolumeUsage)> {
         let mut v: Vec<_> = self.inner.st.borrow().objects.usage().collect();
