@@ -24,6 +24,7 @@ use crate::model::{
     is_valid_name,
 };
 use crate::pgmap::recompute;
+use crate::space::FullRatios;
 use crate::{ClusterError, Leadership};
 
 /// How long [`MapStore::connect`] waits for etcd to answer.
@@ -1089,6 +1090,27 @@ impl MapStore {
         })
         .await?;
         Ok(())
+    }
+
+    /// Changes the full ratios with `f`; refuses ratios that are out of
+    /// range or out of order. Returns the ratios now in force.
+    pub async fn set_full_ratios(
+        &self,
+        f: impl Fn(&mut FullRatios),
+    ) -> Result<FullRatios, ClusterError> {
+        let updated = self
+            .update::<_, ClusterError>(|m| {
+                let mut r = m.settings.full_ratios;
+                f(&mut r);
+                r.validate().map_err(ClusterError::InvalidArgument)?;
+                if r == m.settings.full_ratios {
+                    return Ok(false);
+                }
+                m.settings.full_ratios = r;
+                Ok(true)
+            })
+            .await?;
+        Ok(updated.map.settings.full_ratios)
     }
 
     /// Sets an OSD's placement weight (0 drains it) and recomputes the PG table.

@@ -24,6 +24,7 @@ use futures::StreamExt;
 use futures::stream::FuturesUnordered;
 use pontoon_store::BlockDevice;
 use pontoon_types::{ObjectId, OsdId, PgId};
+use rustc_hash::FxHashMap;
 
 use crate::locks::InFlightGuard;
 use crate::map::ShardMap;
@@ -171,7 +172,34 @@ impl<D: BlockDevice + 'static, P: Peers> Shard<D, P> {
         self.reclaim
             .deleted
             .set(self.reclaim.deleted.get() + deleted);
+        if removed > 0 {
+            self.recount_pg_objects();
+        }
         deleted
+    }
+
+    /// Sets the object count of every PG this shard leads to what it
+    /// holds plus what it still has to recover, dropping the objects of
+    /// removed volumes that peering counted.
+    fn recount_pg_objects(&self) {
+        let map = self.map();
+        let mut held: FxHashMap<PgId, u64> = FxHashMap::default();
+        for (oid, _) in self.store.list() {
+            if let Some(pg) = map.pg_of(oid) {
+                *held.entry(pg).or_default() += 1;
+            }
+        }
+        for p in self.pgs.borrow_mut().values_mut() {
+            if p.phase != Phase::Active {
+                continue;
+            }
+            let absent = p
+                .missing
+                .keys()
+                .filter(|o| self.store.version(**o).is_none())
+                .count() as u64;
+            p.objects = held.get(&p.id).copied().unwrap_or(0) + absent;
+        }
     }
 
     /// Deletes `oid` if it is still garbage; whether it did.

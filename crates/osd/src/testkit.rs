@@ -21,7 +21,7 @@ use crate::peers::NetPeers;
 use crate::shard::{PgStatus, Shard};
 
 enum Cmd {
-    Map(ShardMap),
+    Map(Box<ShardMap>),
     Status(std_mpsc::Sender<Vec<PgStatus>>),
     Stop,
 }
@@ -81,7 +81,7 @@ impl TestOsd {
                 while let Some(cmd) = rx.next().await {
                     match cmd {
                         Cmd::Map(m) => {
-                            let m = Rc::new(m);
+                            let m = Rc::new(*m);
                             shard.peers().set_map(m.clone());
                             shard.apply_map(m);
                         }
@@ -108,7 +108,7 @@ impl TestOsd {
 
     /// Installs a map.
     pub fn map(&self, m: &ShardMap) {
-        let _ = self.tx.unbounded_send(Cmd::Map(m.clone()));
+        let _ = self.tx.unbounded_send(Cmd::Map(Box::new(m.clone())));
     }
 
     /// The shard's PG states.

@@ -1,5 +1,6 @@
-//! `pontoon osd run` (the OSD daemon in the foreground) and `pontoon osd
-//! start` (restart one OSD of a local cluster, detached).
+//! `pontoon osd run` (the OSD daemon in the foreground), `pontoon osd
+//! start` (restart one OSD of a local cluster, detached), `osd out|in`
+//! and the full ratios (`osd set-nearfull-ratio` and its kin, as in Ceph).
 
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
@@ -33,6 +34,80 @@ enum OsdCmd {
     /// Start a stopped OSD of a local cluster (`pontoon up`) in the
     /// background, with the arguments `pontoon up` gives it.
     Start(OsdStartArgs),
+    /// Mark an OSD out: it is given no PGs and its data moves to others.
+    Out(OsdIdArgs),
+    /// Mark an OSD in again.
+    In(OsdIdArgs),
+    /// Set the fill ratio at which an OSD is reported nearfull (default 0.85).
+    SetNearfullRatio(RatioArgs),
+    /// Set the fill ratio above which recovery and backfill do not write
+    /// to an OSD (default 0.90).
+    SetBackfillfullRatio(RatioArgs),
+    /// Set the fill ratio at which writes needing new space are refused
+    /// (default 0.95).
+    SetFullRatio(RatioArgs),
+}
+
+/// An OSD to act on.
+#[derive(Args, Debug)]
+pub struct OsdIdArgs {
+    #[command(flatten)]
+    cluster: ClusterArgs,
+    /// The OSD's id number (`3` or `osd.3`).
+    #[arg(value_parser = parse_osd_id)]
+    id: OsdId,
+}
+
+/// A ratio to set.
+#[derive(Args, Debug)]
+pub struct RatioArgs {
+    #[command(flatten)]
+    cluster: ClusterArgs,
+    /// The ratio, in (0, 1].
+    ratio: f64,
+}
+
+fn parse_osd_id(s: &str) -> Result<OsdId, String> {
+    s.strip_prefix("osd.")
+        .unwrap_or(s)
+        .parse()
+        .map(OsdId)
+        .map_err(|_| format!("{s:?} is not an OSD id (a number, or osd.N)"))
+}
+
+/// Which full ratio a command sets.
+#[derive(Clone, Copy)]
+enum Ratio {
+    Nearfull,
+    Backfillfull,
+    Full,
+}
+
+fn set_ratio(which: Ratio, a: RatioArgs) -> Result<()> {
+    crate::runtime()?.block_on(async move {
+        let (store, _) = a.cluster.connect().await?;
+        let r = store
+            .set_full_ratios(|r| match which {
+                Ratio::Nearfull => r.nearfull = a.ratio,
+                Ratio::Backfillfull => r.backfillfull = a.ratio,
+                Ratio::Full => r.full = a.ratio,
+            })
+            .await?;
+        println!(
+            "full ratios: nearfull {}, backfillfull {}, full {}",
+            r.nearfull, r.backfillfull, r.full
+        );
+        Ok(())
+    })
+}
+
+fn set_in(a: OsdIdArgs, in_cluster: bool) -> Result<()> {
+    crate::runtime()?.block_on(async move {
+        let (store, _) = a.cluster.connect().await?;
+        store.set_osd_in(a.id, in_cluster).await?;
+        println!("marked {} {}", a.id, if in_cluster { "in" } else { "out" });
+        Ok(())
+    })
 }
 
 /// Arguments of `pontoon osd run`.
@@ -88,6 +163,11 @@ pub fn run(args: OsdArgs) -> Result<()> {
     match args.cmd {
         OsdCmd::Run(a) => osd_run(a),
         OsdCmd::Start(a) => osd_start(a),
+        OsdCmd::Out(a) => set_in(a, false),
+        OsdCmd::In(a) => set_in(a, true),
+        OsdCmd::SetNearfullRatio(a) => set_ratio(Ratio::Nearfull, a),
+        OsdCmd::SetBackfillfullRatio(a) => set_ratio(Ratio::Backfillfull, a),
+        OsdCmd::SetFullRatio(a) => set_ratio(Ratio::Full, a),
     }
 }
 

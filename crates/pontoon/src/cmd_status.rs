@@ -9,6 +9,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use anyhow::Result;
 use clap::Args;
+use pontoon_cluster::space::{FullState, ratio};
 use pontoon_cluster::{ClusterMap, OsdReport, PgReport, PgState};
 use pontoon_types::{OsdId, format_size};
 use serde::Serialize;
@@ -47,6 +48,32 @@ pub struct Status {
     pub pgs: PgSummary,
     /// Object counts from the primaries' reports.
     pub objects: ObjectSummary,
+    /// OSDs at or above a full ratio.
+    pub full_osds: Vec<FullOsd>,
+    /// Objects of removed volumes and stray copies the OSDs still have to delete.
+    pub reclaim_pending_objects: u64,
+    /// What the primaries say of PGs that are incomplete or wait.
+    pub pg_notes: Vec<PgNote>,
+}
+
+/// An OSD at or above a full ratio.
+#[derive(Serialize, Debug)]
+pub struct FullOsd {
+    /// Its id number.
+    pub id: u32,
+    /// `nearfull`, `backfillfull` or `full`.
+    pub state: FullState,
+    /// Fill of its data area, from its last report.
+    pub used_ratio: f64,
+}
+
+/// A PG and what its primary says of it.
+#[derive(Serialize, Debug)]
+pub struct PgNote {
+    /// The PG.
+    pub pg: String,
+    /// In words.
+    pub note: String,
 }
 
 /// OSD counts and the OSDs.
@@ -121,6 +148,7 @@ pub fn summarize(map: &ClusterMap, reports: &[OsdReport], manager: Option<String
         .collect();
     let mut states: BTreeMap<String, usize> = BTreeMap::new();
     let mut objects = ObjectSummary::default();
+    let mut pg_notes = Vec::new();
     for rec in map.pgs.values() {
         let state = match rec.primary() {
             None => PgState::Inactive.as_str(),
@@ -130,6 +158,12 @@ pub fn summarize(map: &ClusterMap, reports: &[OsdReport], manager: Option<String
                 .filter(|r| r.interval == rec.interval)
             {
                 Some(r) => {
+                    if let Some(note) = &r.note {
+                        pg_notes.push(PgNote {
+                            pg: r.pg.to_string(),
+                            note: note.clone(),
+                        });
+                    }
                     objects.total += r.objects;
                     objects.degraded += r.degraded_objects;
                     objects.missing += r.missing_objects;
@@ -178,6 +212,20 @@ pub fn summarize(map: &ClusterMap, reports: &[OsdReport], manager: Option<String
             states,
         },
         objects,
+        full_osds: map
+            .osds
+            .values()
+            .filter(|o| !o.full.is_ok())
+            .map(|o| FullOsd {
+                id: o.id.0,
+                state: o.full,
+                used_ratio: by_osd
+                    .get(&o.id)
+                    .map_or(0.0, |r| ratio(r.used_bytes, r.capacity_bytes)),
+            })
+            .collect(),
+        reclaim_pending_objects: reports.iter().map(|r| r.reclaim_pending).sum(),
+        pg_notes,
     }
 }
 
@@ -242,6 +290,27 @@ pub fn render(s: &Status) -> String {
         recovery.push_str(&format!(" ({pct}% of the objects to recover)"));
     }
     out.push(recovery);
+    for f in &s.full_osds {
+        out.push(format!(
+            "{}: osd.{} ({:.1}% of its data area used)",
+            f.state,
+            f.id,
+            f.used_ratio * 100.0
+        ));
+    }
+    if s.reclaim_pending_objects > 0 {
+        out.push(format!(
+            "reclaim: {} objects of removed volumes and stray copies to delete",
+            s.reclaim_pending_objects
+        ));
+    }
+    const NOTES: usize = 10;
+    for n in s.pg_notes.iter().take(NOTES) {
+        out.push(format!("pg {}: {}", n.pg, n.note));
+    }
+    if s.pg_notes.len() > NOTES {
+        out.push(format!("... and {} more PGs", s.pg_notes.len() - NOTES));
+    }
     out.join("\n")
 }
 

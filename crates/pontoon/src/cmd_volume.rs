@@ -2,6 +2,7 @@
 
 use anyhow::{Result, bail};
 use clap::{Args, Subcommand};
+use pontoon_cluster::space::{SpaceReport, space_report};
 use pontoon_cluster::{ClusterMap, VolumeRecord};
 use pontoon_types::format_size;
 use serde::Serialize;
@@ -68,10 +69,13 @@ struct VolumeView {
     size_bytes: u64,
     size: String,
     object_size: u64,
-    objects: u64,
+    /// Objects covering the volume's size (not how many exist).
+    max_objects: u64,
+    /// Logical bytes allocated (see `pontoon du`), when reports are in.
+    used_bytes: Option<u64>,
 }
 
-fn view(map: &ClusterMap, v: &VolumeRecord) -> VolumeView {
+fn view(map: &ClusterMap, v: &VolumeRecord, space: &SpaceReport) -> VolumeView {
     VolumeView {
         id: v.id.0,
         name: v.name.clone(),
@@ -82,7 +86,12 @@ fn view(map: &ClusterMap, v: &VolumeRecord) -> VolumeView {
         size_bytes: v.size_bytes,
         size: format_size(v.size_bytes),
         object_size: v.object_size,
-        objects: v.object_count(),
+        max_objects: v.object_count(),
+        used_bytes: space
+            .volumes
+            .iter()
+            .find(|u| u.id == v.id.0)
+            .map(|u| u.used_bytes),
     }
 }
 
@@ -126,20 +135,26 @@ pub fn run(args: VolumeArgs) -> Result<()> {
             }
             VolumeCmd::Ls { json } => {
                 let map = store.load().await?;
-                let vols: Vec<VolumeView> = map.volumes.values().map(|v| view(&map, v)).collect();
+                let space = space_report(&map, &store.reports().await?);
+                let vols: Vec<VolumeView> = map
+                    .volumes
+                    .values()
+                    .map(|v| view(&map, v, &space))
+                    .collect();
                 if json {
                     println!("{}", serde_json::to_string_pretty(&vols)?);
                 } else if vols.is_empty() {
                     println!("no volumes");
                 } else {
                     println!(
-                        "{:<24} {:>5} {:<16} {:>12} {:>9}",
-                        "NAME", "ID", "POOL", "SIZE", "OBJECTS"
+                        "{:<24} {:>5} {:<16} {:>12} {:>12}",
+                        "NAME", "ID", "POOL", "SIZE", "USED"
                     );
                     for v in vols {
+                        let used = v.used_bytes.map_or_else(|| "-".into(), format_size);
                         println!(
-                            "{:<24} {:>5} {:<16} {:>12} {:>9}",
-                            v.name, v.id, v.pool, v.size, v.objects
+                            "{:<24} {:>5} {:<16} {:>12} {:>12}",
+                            v.name, v.id, v.pool, v.size, used
                         );
                     }
                 }
@@ -149,7 +164,8 @@ pub fn run(args: VolumeArgs) -> Result<()> {
                 let Some(v) = map.volume_by_name(&name) else {
                     bail!("volume {name} not found");
                 };
-                let v = view(&map, v);
+                let space = space_report(&map, &store.reports().await?);
+                let v = view(&map, v, &space);
                 if json {
                     println!("{}", serde_json::to_string_pretty(&v)?);
                 } else {
@@ -158,7 +174,9 @@ pub fn run(args: VolumeArgs) -> Result<()> {
                     println!("pool        {}", v.pool);
                     println!("size        {} ({} bytes)", v.size, v.size_bytes);
                     println!("object size {}", format_size(v.object_size));
-                    println!("objects     {}", v.objects);
+                    if let Some(u) = v.used_bytes {
+                        println!("used        {}", format_size(u));
+                    }
                 }
             }
             VolumeCmd::Resize { name, .. } => {

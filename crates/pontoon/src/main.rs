@@ -9,6 +9,7 @@
 mod cluster_args;
 mod cmd_bench;
 mod cmd_demo;
+mod cmd_df;
 mod cmd_mgr;
 mod cmd_nbd;
 mod cmd_nvmf;
@@ -52,6 +53,10 @@ enum Command {
     Volume(cmd_volume::VolumeArgs),
     /// Show the cluster's OSDs, PG states and recovery.
     Status(cmd_status::StatusArgs),
+    /// Show raw storage, each OSD's and each pool's space (like `ceph df`).
+    Df(cmd_df::DfArgs),
+    /// Show each volume's provisioned and used space (like `rbd du`).
+    Du(cmd_df::DuArgs),
     /// Serve every volume over NBD (qemu, nbd-client, libnbd tools, fio).
     Nbd(cmd_nbd::NbdArgs),
     /// Manage NVMe-oF subsystems, namespaces and allowed hosts; with no
@@ -98,6 +103,8 @@ fn main() {
         Command::Pool(a) => cmd_pool::run(a),
         Command::Volume(a) => cmd_volume::run(a),
         Command::Status(a) => cmd_status::run(a),
+        Command::Df(a) => cmd_df::run_df(a),
+        Command::Du(a) => cmd_df::run_du(a),
         Command::Nbd(a) => cmd_nbd::run(a),
         Command::Nvmf(a) => cmd_nvmf::run(a),
         Command::Bench(a) => cmd_bench::run(a),
