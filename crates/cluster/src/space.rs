@@ -188,6 +188,8 @@ pub struct OsdSpace {
     pub state: FullState,
     /// Garbage objects waiting to be deleted here.
     pub reclaim_pending_objects: u64,
+    /// Garbage objects deleted here since the OSD started.
+    pub reclaimed_objects: u64,
     /// Whether it has reported (the other fields are 0 if not).
     pub reported: bool,
 }
@@ -254,13 +256,14 @@ pub fn space_report(map: &ClusterMap, reports: &[OsdReport]) -> SpaceReport {
     let mut held: BTreeMap<VolumeId, (u64, u64)> = BTreeMap::new();
     for o in map.osds.values() {
         let r = by_osd.get(&o.id);
-        let (data, used, free, journal, pending) = r.map_or((0, 0, 0, 0, 0), |r| {
+        let (data, used, free, journal, pending, reclaimed) = r.map_or((0, 0, 0, 0, 0, 0), |r| {
             (
                 r.capacity_bytes,
                 r.used_bytes,
                 r.free_bytes,
                 r.journal_bytes,
                 r.reclaim_pending,
+                r.reclaimed_objects,
             )
         });
         let device = r.map_or(o.device_bytes, |r| r.device_bytes.max(o.device_bytes));
@@ -292,6 +295,7 @@ pub fn space_report(map: &ClusterMap, reports: &[OsdReport]) -> SpaceReport {
                 FullState::Ok
             },
             reclaim_pending_objects: pending,
+            reclaimed_objects: reclaimed,
             reported: r.is_some(),
         });
     }

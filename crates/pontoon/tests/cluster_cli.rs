@@ -55,7 +55,7 @@ fn local_cluster_survives_an_osd_kill_and_a_restart_from_the_cli() {
     assert_eq!(vols[0]["size_bytes"], 1u64 << 30, "{vols}");
     assert_eq!(vols[0]["pool"], "p", "{vols}");
     let info = json(&dir, &["volume", "info", "v", "--json"]);
-    assert_eq!(info["objects"], 256, "{info}");
+    assert_eq!(info["max_objects"], 256, "{info}");
     let pools = json(&dir, &["pool", "ls", "--json"]);
     assert_eq!(pools[0]["min_size"], 2, "{pools}");
     let s = wait_status(&dir, "3 OSDs up/in and 16 PGs active+clean", all_clean);

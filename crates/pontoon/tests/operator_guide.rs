@@ -142,20 +142,6 @@ fn read_pids(path: &Path) -> Vec<u32> {
         .collect()
 }
 
-/// A free loopback TCP port below Linux's ephemeral range (32768 up), so
-/// the ports `pontoon up` picks for etcd cannot take it before the
-/// gateway listens on it.
-fn free_port() -> u16 {
-    let seed = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.subsec_nanos())
-        ^ std::process::id().wrapping_mul(2_654_435_761);
-    (0..1000)
-        .map(|i| 20_000 + ((seed.wrapping_add(i * 7919)) % 12_000) as u16)
-        .find(|p| std::net::TcpListener::bind(("127.0.0.1", *p)).is_ok())
-        .expect("a free port in 20000..32000")
-}
-
 /// The guide's run: its directories, the bash session, and on drop (also
 /// on a panic) SIGKILL, by pid, of whatever the cluster left running.
 struct Run {

@@ -103,6 +103,20 @@ pub fn is_ours(pid: u32, dir: &Path, etcd: &str) -> bool {
         .unwrap_or(false)
 }
 
+/// A free loopback TCP port below Linux's ephemeral range (32768 up), so
+/// the ports `pontoon up` picks for etcd cannot take it before the
+/// gateway listens on it.
+pub fn free_port() -> u16 {
+    let seed = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos())
+        ^ std::process::id().wrapping_mul(2_654_435_761);
+    (0..1000)
+        .map(|i| 20_000 + ((seed.wrapping_add(i * 7919)) % 12_000) as u16)
+        .find(|p| std::net::TcpListener::bind(("127.0.0.1", *p)).is_ok())
+        .expect("a free port in 20000..32000")
+}
+
 /// A running `pontoon up`; on drop (also on panic) it is stopped with
 /// SIGTERM and whatever is left of the cluster is killed by pid.
 pub struct Up {
@@ -119,6 +133,11 @@ impl Up {
 
     /// Like [`Up::start`], with `osds` OSDs.
     pub fn start_with(dir: &Path, osds: usize, extra: &[&str]) -> Up {
+        Self::start_sized(dir, osds, "256M", extra)
+    }
+
+    /// Like [`Up::start_with`], with OSD files of `osd_size` each.
+    pub fn start_sized(dir: &Path, osds: usize, osd_size: &str, extra: &[&str]) -> Up {
         let out = std::fs::File::create(dir.join("up.out")).expect("create up.out");
         let child = Command::new(PONTOON)
             .args(["up", "--dir"])
@@ -127,7 +146,7 @@ impl Up {
                 "--osds",
                 &osds.to_string(),
                 "--osd-size",
-                "256M",
+                osd_size,
                 "--shards",
                 "1",
             ])
