@@ -12,10 +12,11 @@ use etcd_client::{
     Client, Compare, CompareOp, ConnectOptions, GetOptions, KvClient, Txn, TxnOp, TxnOpResponse,
     WatchClient, WatchOptions,
 };
-use pontoon_types::{BLOCK_SIZE_U64, Epoch, OsdId};
+use pontoon_types::{BLOCK_SIZE_U64, Epoch, OsdId, PgId};
 use tokio::sync::watch;
 use tokio::time::{sleep, timeout};
 
+use crate::ScrubRequest;
 use crate::keys::{self, EPOCH, LEADER};
 use crate::model::{
     ClusterMap, DEFAULT_OBJECT_SIZE, FailureDomain, MAX_PGS_PER_POOL, NVMF_DISCOVERY_NQN,
@@ -1090,6 +1091,55 @@ impl MapStore {
         })
         .await?;
         Ok(())
+    }
+
+    /// Asks the primaries of `pgs` (every PG of the pool when `pgs` is
+    /// empty) to scrub them; returns the PGs and the request's epoch.
+    pub async fn request_scrub(
+        &self,
+        pool: &str,
+        pgs: &[u32],
+        deep: bool,
+    ) -> Result<(Vec<PgId>, Epoch), ClusterError> {
+        let mut chosen = Vec::new();
+        let updated = self
+            .update::<_, ClusterError>(|m| {
+                let epoch = m.epoch;
+                let Some(p) = m.pool_by_name(pool).map(|p| (p.id, p.pgs)) else {
+                    return Err(not_found("pool", pool));
+                };
+                chosen = if pgs.is_empty() {
+                    (0..p.1)
+                        .map(|i| PgId {
+                            pool: p.0,
+                            index: i,
+                        })
+                        .collect()
+                } else {
+                    let mut v = Vec::new();
+                    for &i in pgs {
+                        if i >= p.1 {
+                            return Err(ClusterError::InvalidArgument(format!(
+                                "pool {pool} has {} PGs: {}.{i:x} does not exist",
+                                p.1, p.0.0
+                            )));
+                        }
+                        v.push(PgId {
+                            pool: p.0,
+                            index: i,
+                        });
+                    }
+                    v
+                };
+                for pg in &chosen {
+                    if let Some(rec) = m.pgs.get_mut(pg) {
+                        rec.scrub_request = Some(ScrubRequest { deep, epoch });
+                    }
+                }
+                Ok(true)
+            })
+            .await?;
+        Ok((chosen, updated.map.epoch))
     }
 
     /// Changes the full ratios with `f`; refuses ratios that are out of

@@ -354,6 +354,7 @@ mod tests {
                         interval: Epoch(2),
                         acting: vec![OsdId(1)],
                     }],
+                    scrub_request: None,
                 },
             );
         }

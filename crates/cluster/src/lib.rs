@@ -68,8 +68,8 @@ pub use etcd::{MapStore, Updated};
 pub use lease::{Leadership, OsdLease};
 pub use model::{
     ClusterMap, ClusterSettings, DEFAULT_OBJECT_SIZE, FailureDomain, MAX_NAME_LEN,
-    MAX_PGS_PER_POOL, NextIds, OsdRecord, OsdReport, PastInterval, PgRecord, PgReport, PgState,
-    PoolRecord, VolumeRecord, VolumeSpace, is_valid_name,
+    MAX_PGS_PER_POOL, NextIds, OsdRecord, OsdReport, PastInterval, PgRecord, PgReport,
+    PgScrubReport, PgState, PoolRecord, ScrubRequest, VolumeRecord, VolumeSpace, is_valid_name,
 };
 pub use pgmap::{PgChanges, PgMapError, recompute, trim_clean_pgs, trim_past_intervals};
 

@@ -150,11 +150,39 @@ pub struct OsdRecord {
 }
 
 /// Settings the whole cluster shares, kept in the map (key `settings`).
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ClusterSettings {
     /// When OSDs count as nearfull, backfillfull and full.
     #[serde(default)]
     pub full_ratios: FullRatios,
+    /// Deep-scrub every PG this often, in seconds (0: only on request).
+    #[serde(default = "default_deep_scrub_interval")]
+    pub deep_scrub_interval_secs: u64,
+}
+
+impl Default for ClusterSettings {
+    fn default() -> Self {
+        Self {
+            full_ratios: FullRatios::default(),
+            deep_scrub_interval_secs: default_deep_scrub_interval(),
+        }
+    }
+}
+
+/// A week, as Ceph's `osd_deep_scrub_interval`.
+fn default_deep_scrub_interval() -> u64 {
+    7 * 24 * 3600
+}
+
+/// An operator's request to scrub a PG, stamped with the map epoch it was
+/// made at: served once the PG's primary begins a scrub at a later epoch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ScrubRequest {
+    /// Deep (read every block) or light.
+    pub deep: bool,
+    /// The epoch of the request.
+    #[serde(with = "ids::epoch")]
+    pub epoch: Epoch,
 }
 
 /// Which unit two replicas of one PG may never share. Key field of
@@ -406,6 +434,9 @@ pub struct PgRecord {
     /// current interval.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub past_intervals: Vec<PastInterval>,
+    /// The latest scrub an operator asked for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scrub_request: Option<ScrubRequest>,
 }
 
 impl PgRecord {
@@ -537,6 +568,42 @@ pub struct PgReport {
     /// Why the PG is incomplete or its recovery waits, in words.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub note: Option<String>,
+    /// What scrub found (primaries report it).
+    #[serde(default, skip_serializing_if = "PgScrubReport::is_empty")]
+    pub scrub: PgScrubReport,
+}
+
+/// A PG's scrub stamps and findings, as its primary reports them.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PgScrubReport {
+    /// When the last scrub (light or deep) finished, Unix seconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_scrub_unix: Option<u64>,
+    /// When the last deep scrub finished, Unix seconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_deep_scrub_unix: Option<u64>,
+    /// Objects whose copies differed in the last scrub.
+    #[serde(default)]
+    pub inconsistent_objects: u64,
+    /// Objects repaired by scrub since the primary started.
+    #[serde(default)]
+    pub repaired_objects: u64,
+    /// Objects the last scrub found no good copy of.
+    #[serde(default)]
+    pub unrecoverable_objects: u64,
+    /// Their names (the first few).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unrecoverable: Vec<String>,
+    /// Objects compared so far and in all, while a scrub runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub progress: Option<(u64, u64)>,
+}
+
+impl PgScrubReport {
+    /// Whether there is nothing to report (serde skips it).
+    pub fn is_empty(&self) -> bool {
+        *self == Self::default()
+    }
 }
 
 /// What one OSD reports periodically to the manager. Key `reports/<osd>`;
@@ -985,6 +1052,10 @@ mod tests {
                     interval: Epoch(2),
                     acting: vec![OsdId(1), OsdId(3)],
                 }],
+                scrub_request: Some(crate::ScrubRequest {
+                    deep: true,
+                    epoch: Epoch(5),
+                }),
             },
         );
         let nqn = "nqn.2024-01.io.pontoon:vm1";
@@ -1052,6 +1123,7 @@ mod tests {
                 missing_objects: 1,
                 recovered_objects: 4,
                 note: None,
+                scrub: Default::default(),
             }],
             used_bytes: 100,
             capacity_bytes: 1000,

@@ -145,6 +145,7 @@ pub fn recompute(map: &mut ClusterMap) -> Result<PgChanges, PgMapError> {
                             acting,
                             interval: epoch,
                             past_intervals: Vec::new(),
+                            scrub_request: None,
                         },
                     );
                     changes.changed.push(pg);
@@ -440,6 +441,7 @@ mod tests {
                 missing_objects: 0,
                 recovered_objects: 0,
                 note: None,
+                scrub: Default::default(),
             }],
             used_bytes: 0,
             capacity_bytes: 0,

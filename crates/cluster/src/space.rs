@@ -184,7 +184,9 @@ pub struct OsdSpace {
     pub metadata_bytes: u64,
     /// `used / data`.
     pub used_ratio: f64,
-    /// Against the ratios.
+    /// Against the ratios, as the manager last flagged it in the map:
+    /// what the OSDs enforce (it follows the reports within a manager
+    /// pass).
     pub state: FullState,
     /// Garbage objects waiting to be deleted here.
     pub reclaim_pending_objects: u64,
@@ -289,11 +291,7 @@ pub fn space_report(map: &ClusterMap, reports: &[OsdReport]) -> SpaceReport {
             journal_bytes: journal,
             metadata_bytes: device.saturating_sub(data + journal),
             used_ratio: ratio(used, data),
-            state: if r.is_some() {
-                ratios.state(used, data)
-            } else {
-                FullState::Ok
-            },
+            state: o.full,
             reclaim_pending_objects: pending,
             reclaimed_objects: reclaimed,
             reported: r.is_some(),

@@ -263,6 +263,7 @@ async fn osds_get_pgs_and_reregistering_keeps_out_state() {
             missing_objects: 0,
             recovered_objects: 0,
             note: None,
+            scrub: Default::default(),
         }],
         used_bytes: 1 << 20,
         capacity_bytes: 1 << 30,

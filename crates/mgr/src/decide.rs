@@ -630,6 +630,7 @@ mod tests {
                     missing_objects: 0,
                     recovered_objects: 0,
                     note: None,
+                    scrub: Default::default(),
                 })
                 .collect(),
             used_bytes: 0,

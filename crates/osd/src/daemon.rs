@@ -16,7 +16,9 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use futures::channel::{mpsc, oneshot};
-use pontoon_cluster::{ClusterMap, MapStore, OsdLease, OsdReport, PgReport, PgState};
+use pontoon_cluster::{
+    ClusterMap, MapStore, OsdLease, OsdReport, PgReport, PgScrubReport, PgState,
+};
 use pontoon_net::Limits;
 use pontoon_store::{FileDevice, FormatOptions, Store};
 use pontoon_types::{Epoch, OsdId};
@@ -474,9 +476,23 @@ pub fn pg_reports(statuses: &[PgStatus]) -> Vec<PgReport> {
                 missing_objects: s.missing,
                 recovered_objects: s.recovered,
                 note: s.detail.clone(),
+                scrub: s.scrub.as_ref().map(scrub_report).unwrap_or_default(),
             })
         })
         .collect()
+}
+
+/// What a PG's primary reports of its scrubs.
+fn scrub_report(s: &crate::scrub::PgScrub) -> PgScrubReport {
+    PgScrubReport {
+        last_scrub_unix: s.last_scrub_unix,
+        last_deep_scrub_unix: s.last_deep_scrub_unix,
+        inconsistent_objects: s.inconsistent,
+        repaired_objects: s.repaired,
+        unrecoverable_objects: s.unrecoverable_count,
+        unrecoverable: s.unrecoverable.iter().map(ToString::to_string).collect(),
+        progress: s.progress,
+    }
 }
 
 /// The cluster-wide state for a primary's PG status; `None` for PGs this

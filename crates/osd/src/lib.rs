@@ -29,6 +29,7 @@ pub mod peers;
 pub mod pg;
 pub mod reclaim;
 mod replica;
+pub mod scrub;
 pub mod shard;
 #[doc(hidden)]
 pub mod testkit;

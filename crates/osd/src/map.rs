@@ -5,6 +5,9 @@
 
 use std::net::SocketAddr;
 
+use std::time::Duration;
+
+use pontoon_cluster::ScrubRequest;
 use pontoon_cluster::space::{FullRatios, FullState};
 use pontoon_types::{Epoch, ObjectId, OsdId, PgId, PoolId};
 use rustc_hash::{FxHashMap, FxHashSet};
@@ -66,6 +69,10 @@ pub struct ShardMap {
     pub full_ratios: FullRatios,
     /// OSDs the manager found at or above a full ratio, with their state.
     pub fullness: FxHashMap<OsdId, FullState>,
+    /// Scrubs operators asked for, by PG.
+    pub scrub_requests: FxHashMap<PgId, ScrubRequest>,
+    /// Deep-scrub every PG this often (zero: no schedule, requests only).
+    pub deep_scrub_interval: Duration,
 }
 
 impl ShardMap {

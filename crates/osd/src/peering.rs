@@ -27,7 +27,7 @@ use std::time::Duration;
 use futures::future::join_all;
 use pontoon_buf::AlignedBuf;
 use pontoon_proto::{Message, PeerQuery, Reply, Status, SubOp, SubOpKind, Target};
-use pontoon_store::{BlockDevice, ObjectImage};
+use pontoon_store::{BlockDevice, ObjectImage, StoreError};
 use pontoon_types::{Epoch, ObjectId, OsdId, PgId, Version};
 
 use crate::peers::Peers;
@@ -223,7 +223,7 @@ impl<D: BlockDevice + 'static, P: Peers> Shard<D, P> {
     }
 
     /// All `(object, version)` pairs `osd` holds for `pg`, fencing it at `e`.
-    async fn query_member(
+    pub(crate) async fn query_member(
         self: &Rc<Self>,
         osd: OsdId,
         pg: PgId,
@@ -366,6 +366,20 @@ impl<D: BlockDevice + 'static, P: Peers> Shard<D, P> {
                         other.map(|i| i.version),
                         m.version
                     ));
+                }
+                // Our copy rotted: take another holder's, and mend ours.
+                Err(e @ StoreError::Checksum { .. }) => {
+                    tracing::warn!(osd = %self.me, %oid, "recovery source failed its checksum ({e}); pulling another copy");
+                    let img = self.pull_from(&m.holders, target, m.version).await?;
+                    if !self.is_current(pg, generation) {
+                        return Err("interval changed".into());
+                    }
+                    let _inflight = self.inflight.enter(pg);
+                    self.store
+                        .replace(oid, m.version, &img.extents)
+                        .await
+                        .map_err(|e| format!("mending {oid} locally: {e}"))?;
+                    img
                 }
                 Err(e) => return Err(format!("reading {oid}: {e}")),
             }

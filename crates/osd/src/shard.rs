@@ -22,6 +22,7 @@ use crate::map::ShardMap;
 use crate::peers::Peers;
 use crate::pg::{Pg, Phase};
 use crate::reclaim::{Reclaim, ReclaimProgress};
+use crate::scrub::{PgScrub, ScrubBook};
 
 /// Objects recovered at once per shard: recovery must not starve client I/O.
 pub const RECOVERY_SLOTS: usize = 2;
@@ -50,6 +51,8 @@ pub struct Shard<D: BlockDevice, P: Peers> {
     generation: Cell<u64>,
     /// Deleting objects of removed volumes and stray PG copies.
     pub(crate) reclaim: Reclaim,
+    /// Scrub stamps and findings per PG.
+    pub(crate) scrub: ScrubBook,
     /// Deliberately broken replication, for the simulator's self-test.
     pub(crate) broken_ack: Cell<bool>,
 }
@@ -73,6 +76,8 @@ pub struct PgStatus {
     pub missing: u64,
     /// Objects recovered in this interval.
     pub recovered: u64,
+    /// What scrub knows of the PG (primaries only).
+    pub scrub: Option<PgScrub>,
 }
 
 /// Everything a shard tells its control loop.
@@ -117,6 +122,7 @@ impl<D: BlockDevice + 'static, P: Peers> Shard<D, P> {
             heartbeats: Heartbeats::default(),
             generation: Cell::new(0),
             reclaim: Reclaim::default(),
+            scrub: ScrubBook::default(),
             broken_ack: Cell::new(false),
         })
     }
@@ -219,6 +225,7 @@ impl<D: BlockDevice + 'static, P: Peers> Shard<D, P> {
             pontoon_rt::spawn(async move { shard.peer_loop(id, g).await });
         }
         self.want_reclaim();
+        self.start_scrubbing();
     }
 
     /// States of this shard's PGs in which this OSD is a member or was asked.
@@ -239,6 +246,7 @@ impl<D: BlockDevice + 'static, P: Peers> Shard<D, P> {
                 degraded: pg.degraded(),
                 missing: pg.missing.len() as u64,
                 recovered: pg.recovered,
+                scrub: pg.is_primary().then(|| self.scrub.get(pg.id)),
             })
             .collect();
         v.sort_by_key(|s| s.pg);
@@ -280,6 +288,7 @@ impl<D: BlockDevice + 'static, P: Peers> Handler for Shard<D, P> {
             (Message::SubOp(op), Role::Osd(from)) => self.replica_subop(from, op, frame.data).await,
             (Message::PeerQuery(q), Role::Osd(from)) => self.answer_peer_query(from, q).await,
             (Message::Pull(t), Role::Osd(_)) => self.answer_pull(t).await,
+            (Message::Digest(q), Role::Osd(_)) => self.answer_digest(q).await,
             (m, role) => error(
                 Status::InvalidArgument,
                 Epoch(0),

@@ -1,5 +1,7 @@
 //! Turns the etcd cluster map into the view a shard works from.
 
+use std::time::Duration;
+
 use pontoon_cluster::ClusterMap;
 
 use crate::map::{PastInterval, PgEntry, PoolParams, ShardMap};
@@ -31,8 +33,12 @@ pub fn shard_map(map: &ClusterMap) -> ShardMap {
         }
     }
     m.full_ratios = map.settings.full_ratios;
+    m.deep_scrub_interval = Duration::from_secs(map.settings.deep_scrub_interval_secs);
     m.alive.extend(map.alive.iter().copied());
     for (id, pg) in &map.pgs {
+        if let Some(r) = pg.scrub_request {
+            m.scrub_requests.insert(*id, r);
+        }
         m.pgs.insert(
             *id,
             PgEntry {

@@ -1,4 +1,4 @@
-//! `pontoon pool create|ls|rm`.
+//! `pontoon pool create|ls|rm|scrub|deep-scrub`.
 
 use std::collections::BTreeSet;
 
@@ -50,6 +50,16 @@ enum PoolCmd {
     },
     /// Remove an empty pool.
     Rm {
+        /// Pool name.
+        name: String,
+    },
+    /// Ask for a light scrub of every PG of the pool.
+    Scrub {
+        /// Pool name.
+        name: String,
+    },
+    /// Ask for a deep scrub of every PG of the pool.
+    DeepScrub {
         /// Pool name.
         name: String,
     },
@@ -157,6 +167,8 @@ pub fn run(args: PoolArgs) -> Result<()> {
                 let p = store.remove_pool(&name).await?;
                 println!("pool {} removed", p.name);
             }
+            PoolCmd::Scrub { name } => crate::cmd_pg::request(&store, &name, &[], false).await?,
+            PoolCmd::DeepScrub { name } => crate::cmd_pg::request(&store, &name, &[], true).await?,
         }
         Ok(())
     })

@@ -137,6 +137,10 @@ pub struct ObjectSummary {
     pub missing: u64,
     /// Objects recovered in the PGs' current intervals.
     pub recovered: u64,
+    /// Objects scrub repaired (since each primary started).
+    pub scrub_repaired: u64,
+    /// Objects the last scrubs found no good copy of.
+    pub unrecoverable: u64,
 }
 
 /// Builds the status from a map, the reports and the manager's name.
@@ -164,6 +168,24 @@ pub fn summarize(map: &ClusterMap, reports: &[OsdReport], manager: Option<String
                             note: note.clone(),
                         });
                     }
+                    if r.scrub.unrecoverable_objects > 0 {
+                        pg_notes.push(PgNote {
+                            pg: r.pg.to_string(),
+                            note: format!(
+                                "{} objects have no good copy (unrecoverable; reads of them fail): {}",
+                                r.scrub.unrecoverable_objects,
+                                r.scrub.unrecoverable.join(", ")
+                            ),
+                        });
+                    }
+                    if let Some((done, all)) = r.scrub.progress {
+                        pg_notes.push(PgNote {
+                            pg: r.pg.to_string(),
+                            note: format!("scrubbing: {done} of {all} objects compared"),
+                        });
+                    }
+                    objects.scrub_repaired += r.scrub.repaired_objects;
+                    objects.unrecoverable += r.scrub.unrecoverable_objects;
                     objects.total += r.objects;
                     objects.degraded += r.degraded_objects;
                     objects.missing += r.missing_objects;
@@ -289,6 +311,12 @@ pub fn render(s: &Status) -> String {
         let pct = 100 * o.recovered / (o.recovered + o.missing);
         recovery.push_str(&format!(" ({pct}% of the objects to recover)"));
     }
+    if o.scrub_repaired > 0 || o.unrecoverable > 0 {
+        recovery.push_str(&format!(
+            "; scrub repaired {}, {} unrecoverable",
+            o.scrub_repaired, o.unrecoverable
+        ));
+    }
     out.push(recovery);
     for f in &s.full_osds {
         out.push(format!(
@@ -385,6 +413,7 @@ mod tests {
                     acting: a,
                     interval: Epoch(5),
                     past_intervals: vec![],
+                    scrub_request: None,
                 },
             );
         }
@@ -401,6 +430,7 @@ mod tests {
             missing_objects: missing,
             recovered_objects: recovered,
             note: None,
+            scrub: Default::default(),
         }
     }
 

@@ -14,6 +14,7 @@ mod cmd_mgr;
 mod cmd_nbd;
 mod cmd_nvmf;
 mod cmd_osd;
+mod cmd_pg;
 mod cmd_pool;
 mod cmd_status;
 mod cmd_up;
@@ -47,8 +48,10 @@ enum Command {
     Osd(cmd_osd::OsdArgs),
     /// Run the manager (leader-elected) in the foreground.
     Mgr(cmd_mgr::MgrArgs),
-    /// Create, list and remove pools.
+    /// Create, list, remove and scrub pools.
     Pool(cmd_pool::PoolArgs),
+    /// List PGs and scrub them on request.
+    Pg(cmd_pg::PgArgs),
     /// Create, list, inspect, resize and remove volumes.
     Volume(cmd_volume::VolumeArgs),
     /// Show the cluster's OSDs, PG states and recovery.
@@ -101,6 +104,7 @@ fn main() {
         Command::Osd(a) => cmd_osd::run(a),
         Command::Mgr(a) => cmd_mgr::run(a),
         Command::Pool(a) => cmd_pool::run(a),
+        Command::Pg(a) => cmd_pg::run(a),
         Command::Volume(a) => cmd_volume::run(a),
         Command::Status(a) => cmd_status::run(a),
         Command::Df(a) => cmd_df::run_df(a),

@@ -8,26 +8,9 @@
 mod common;
 
 use common::*;
-use std::path::Path;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-
-/// Polls `status --json` until `pred` holds; returns that status.
-fn wait_status(dir: &Path, what: &str, pred: impl Fn(&Value) -> bool) -> Value {
-    let deadline = Instant::now() + WAIT;
-    loop {
-        let s = json(dir, &["status", "--json"]);
-        if pred(&s) {
-            return s;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "status did not reach {what} within {WAIT:?}; last: {s:#}"
-        );
-        std::thread::sleep(Duration::from_millis(250));
-    }
-}
 
 fn pgs_in(s: &Value, state: &str) -> u64 {
     s["pgs"]["states"][state].as_u64().unwrap_or(0)

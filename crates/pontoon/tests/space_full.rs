@@ -37,20 +37,6 @@ const RESUME_BYTES: u64 = 8 * MIB;
 /// The data pattern every write uses, so reads can verify it.
 const PATTERN: &str = "0x5a";
 
-/// A free loopback TCP port below Linux's ephemeral range (32768 up), so
-/// the ports `pontoon up` picks for etcd cannot take it before the
-/// gateway listens on it.
-fn free_port() -> u16 {
-    let seed = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.subsec_nanos())
-        ^ std::process::id().wrapping_mul(2_654_435_761);
-    (0..1000)
-        .map(|i| 20_000 + ((seed.wrapping_add(i * 7919)) % 12_000) as u16)
-        .find(|p| std::net::TcpListener::bind(("127.0.0.1", *p)).is_ok())
-        .expect("a free port in 20000..32000")
-}
-
 /// One finished fio run.
 struct Fio {
     what: String,
@@ -339,22 +325,6 @@ fn wait_df(dir: &Path, what: &str, pred: impl Fn(&Value) -> Option<String>) -> V
         assert!(
             Instant::now() < deadline,
             "df did not show {what} within {DF_WAIT:?}: {why}\nlast df: {d:#}"
-        );
-        std::thread::sleep(Duration::from_millis(250));
-    }
-}
-
-/// Polls `status --json` until `pred` holds; returns that status.
-fn wait_status(dir: &Path, what: &str, pred: impl Fn(&Value) -> bool) -> Value {
-    let deadline = Instant::now() + WAIT;
-    loop {
-        let s = json(dir, &["status", "--json"]);
-        if pred(&s) {
-            return s;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "status did not reach {what} within {WAIT:?}; last: {s:#}"
         );
         std::thread::sleep(Duration::from_millis(250));
     }

@@ -25,27 +25,6 @@ const PGS: u64 = 32;
 /// How long removed data may take to disappear.
 const PURGE_LIMIT: Duration = Duration::from_secs(60);
 
-fn wait_json(
-    dir: &Path,
-    args: &[&str],
-    what: &str,
-    limit: Duration,
-    pred: impl Fn(&Value) -> bool,
-) -> Value {
-    let deadline = Instant::now() + limit;
-    loop {
-        let v = json(dir, args);
-        if pred(&v) {
-            return v;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "`pontoon {args:?}` did not show {what} within {limit:?}; last: {v:#}"
-        );
-        std::thread::sleep(Duration::from_millis(250));
-    }
-}
-
 fn all_clean(s: &Value, up: u64) -> bool {
     s["osds"]["up"] == up && s["pgs"]["states"]["active+clean"].as_u64() == Some(PGS)
 }

@@ -14,6 +14,6 @@ mod message;
 
 pub use frame::{FrameHeader, HEADER_LEN, MAGIC, MAX_DATA, MAX_META, ProtoError};
 pub use message::{
-    DiscardReq, Hello, Message, MsgType, PEER_PAGE, PROTOCOL_VERSION, PeerInfo, PeerQuery, ReadReq,
-    Reply, Role, Session, Status, SubOp, SubOpKind, Target, WriteReq,
+    DigestReq, DiscardReq, Hello, Message, MsgType, ObjectDigest, PEER_PAGE, PROTOCOL_VERSION,
+    PeerInfo, PeerQuery, ReadReq, Reply, Role, Session, Status, SubOp, SubOpKind, Target, WriteReq,
 };

@@ -12,7 +12,7 @@ use pontoon_types::{Epoch, ObjectId, OsdId, PgId, Version};
 use crate::frame::{MAX_META, ProtoError};
 
 /// Protocol revision spoken; a peer with another one is refused at hello.
-pub const PROTOCOL_VERSION: u32 = 3;
+pub const PROTOCOL_VERSION: u32 = 4;
 /// Longest error text carried in a reply.
 const MAX_MESSAGE_TEXT: usize = 1024;
 /// Most extents or ranges one message may list.
@@ -46,6 +46,10 @@ pub enum MsgType {
     Pull = 33,
     /// A heartbeat between OSDs ([`Message::Ping`]).
     Ping = 34,
+    /// [`DigestReq`] (scrub).
+    Digest = 35,
+    /// [`ObjectDigest`].
+    DigestInfo = 36,
 }
 
 impl MsgType {
@@ -63,6 +67,8 @@ impl MsgType {
             32 => Self::PeerInfo,
             33 => Self::Pull,
             34 => Self::Ping,
+            35 => Self::Digest,
+            36 => Self::DigestInfo,
             _ => return Err(ProtoError::UnknownType(v)),
         })
     }
@@ -196,6 +202,29 @@ pub struct PeerInfo {
     pub objects: Vec<(ObjectId, Version)>,
     /// More objects follow (ask again after the last one).
     pub more: bool,
+}
+
+/// Scrub asks a member for its copy of an object: the version, and with
+/// `deep` a digest of its content after reading (and checksumming) every
+/// block.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DigestReq {
+    /// The object (and the asker's interval).
+    pub target: Target,
+    /// Read every block and digest the content.
+    pub deep: bool,
+}
+
+/// A member's copy of an object as scrub compares it. An absent object is
+/// version zero with no blocks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ObjectDigest {
+    /// The copy's version.
+    pub version: Version,
+    /// Allocated 4 KiB blocks.
+    pub blocks: u64,
+    /// Digest of the allocated extents and their bytes (deep only; 0 otherwise).
+    pub digest: u64,
 }
 
 /// Outcome of a request.
@@ -339,6 +368,10 @@ pub enum Message {
     /// fenced or not (it measures the network path and the shard's event
     /// loop, not the lease).
     Ping,
+    /// Scrub: describe your copy of this object.
+    Digest(DigestReq),
+    /// Scrub's answer.
+    DigestInfo(ObjectDigest),
 }
 
 /// A growable little-endian writer for message fields.
@@ -455,6 +488,8 @@ impl Message {
             Message::PeerInfo(_) => MsgType::PeerInfo,
             Message::Pull(_) => MsgType::Pull,
             Message::Ping => MsgType::Ping,
+            Message::Digest(_) => MsgType::Digest,
+            Message::DigestInfo(_) => MsgType::DigestInfo,
         }
     }
 
@@ -498,6 +533,15 @@ impl Message {
             }
             Message::Allocation(t) | Message::Pull(t) => w.target(t),
             Message::Ping => {}
+            Message::Digest(d) => {
+                w.target(&d.target);
+                w.u8(d.deep as u8);
+            }
+            Message::DigestInfo(d) => {
+                w.version(&d.version);
+                w.u64(d.blocks);
+                w.u64(d.digest);
+            }
             Message::Reply(r) => {
                 w.u16(r.status as u16);
                 w.version(&r.version);
@@ -555,6 +599,8 @@ impl Message {
             MsgType::PeerInfo => "peer info",
             MsgType::Pull => "pull",
             MsgType::Ping => "ping",
+            MsgType::Digest => "digest",
+            MsgType::DigestInfo => "digest info",
         };
         let mut r = R {
             d: Decoder::new(meta),
@@ -603,6 +649,19 @@ impl Message {
             MsgType::Allocation => Message::Allocation(r.target()?),
             MsgType::Pull => Message::Pull(r.target()?),
             MsgType::Ping => Message::Ping,
+            MsgType::Digest => Message::Digest(DigestReq {
+                target: r.target()?,
+                deep: match r.u8()? {
+                    0 => false,
+                    1 => true,
+                    _ => return Err(r.err("bad deep flag")),
+                },
+            }),
+            MsgType::DigestInfo => Message::DigestInfo(ObjectDigest {
+                version: r.version()?,
+                blocks: r.u64()?,
+                digest: r.u64()?,
+            }),
             MsgType::Reply => {
                 let status = Status::from_u16(r.u16()?)?;
                 let version = r.version()?;
@@ -725,6 +784,15 @@ mod tests {
             Message::Allocation(target()),
             Message::Pull(target()),
             Message::Ping,
+            Message::Digest(DigestReq {
+                target: target(),
+                deep: true,
+            }),
+            Message::DigestInfo(ObjectDigest {
+                version: Version::new(4, 5),
+                blocks: 1024,
+                digest: u64::MAX - 1,
+            }),
             Message::Reply(Reply::ok(Version::new(3, 4))),
             Message::Reply(Reply {
                 ranges: vec![(0, 4096), (8192, 4096)],

@@ -103,6 +103,34 @@ pub fn is_ours(pid: u32, dir: &Path, etcd: &str) -> bool {
         .unwrap_or(false)
 }
 
+/// Polls `pontoon ARGS --cluster DIR` (JSON output) until `pred` holds,
+/// for at most `limit`; returns that output.
+pub fn wait_json(
+    dir: &Path,
+    args: &[&str],
+    what: &str,
+    limit: Duration,
+    pred: impl Fn(&Value) -> bool,
+) -> Value {
+    let deadline = Instant::now() + limit;
+    loop {
+        let v = json(dir, args);
+        if pred(&v) {
+            return v;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "`pontoon {args:?}` did not show {what} within {limit:?}; last: {v:#}"
+        );
+        std::thread::sleep(Duration::from_millis(250));
+    }
+}
+
+/// Polls `status --json` until `pred` holds (for at most [`WAIT`]).
+pub fn wait_status(dir: &Path, what: &str, pred: impl Fn(&Value) -> bool) -> Value {
+    wait_json(dir, &["status", "--json"], what, WAIT, pred)
+}
+
 /// A free loopback TCP port below Linux's ephemeral range (32768 up), so
 /// the ports `pontoon up` picks for etcd cannot take it before the
 /// gateway listens on it.
