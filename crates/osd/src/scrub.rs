@@ -309,25 +309,18 @@ impl<D: BlockDevice + 'static, P: Peers> Shard<D, P> {
                 return Err("the interval changed".into());
             }
             let t0 = pontoon_rt::now();
-            match self
+            let (verdict, fixed) = self
                 .scrub_object(pg, generation, interval, &acting, oid, deep)
-                .await
-            {
+                .await;
+            match verdict {
                 Verdict::Consistent => {}
-                Verdict::Repair(good, bad, version) => {
-                    inconsistent += 1;
-                    tracing::warn!(osd = %self.me, %pg, %oid, ?bad, ?good, "scrub: copies differ; repairing");
-                    match self.repair(pg, generation, oid, version, good, bad).await {
-                        Ok(()) => repaired += 1,
-                        Err(why) => tracing::warn!(%pg, %oid, "scrub: repair failed: {why}"),
-                    }
-                }
+                Verdict::Repair(..) => inconsistent += 1,
                 Verdict::Unrecoverable => {
                     inconsistent += 1;
-                    tracing::error!(osd = %self.me, %pg, %oid, "scrub: no good copy of the object: unrecoverable");
                     lost.push(oid);
                 }
             }
+            repaired += u64::from(fixed);
             self.with_scrub(pg, |s| {
                 s.progress = Some((i as u64 + 1, s.progress.map_or(0, |p| p.1)))
             });
@@ -370,6 +363,11 @@ impl<D: BlockDevice + 'static, P: Peers> Shard<D, P> {
         s.clone()
     }
 
+    /// Compares every member's copy of `oid` and, under the same hold of
+    /// its lock (no write may slip in between), repairs the bad ones.
+    /// Returns the verdict and whether the repair finished; one that could
+    /// not is left to background recovery (the object stays missing on the
+    /// bad members).
     async fn scrub_object(
         self: &Rc<Self>,
         pg: PgId,
@@ -378,10 +376,12 @@ impl<D: BlockDevice + 'static, P: Peers> Shard<D, P> {
         acting: &[OsdId],
         oid: ObjectId,
         deep: bool,
-    ) -> Verdict {
+    ) -> (Verdict, bool) {
         let _lock = self.locks.lock(oid).await;
-        if !self.is_current(pg, generation) {
-            return Verdict::Consistent;
+        // Gone with its volume (reclaim deletes the copies), or the PG's
+        // life ended: nothing to compare.
+        if !self.is_current(pg, generation) || self.map().pg_of(oid) != Some(pg) {
+            return (Verdict::Consistent, false);
         }
         let target = Target {
             pg,
@@ -389,36 +389,52 @@ impl<D: BlockDevice + 'static, P: Peers> Shard<D, P> {
             oid,
         };
         let copies = join_all(acting.iter().map(|o| self.member_digest(*o, target, deep))).await;
-        judge(&copies, deep, self.me)
-    }
-
-    /// Marks `oid` missing on the bad members and recovers it from the good.
-    async fn repair(
-        self: &Rc<Self>,
-        pg: PgId,
-        generation: u64,
-        oid: ObjectId,
-        version: Version,
-        good: Vec<OsdId>,
-        bad: Vec<OsdId>,
-    ) -> Result<(), String> {
-        let _lock = self.locks.lock(oid).await;
-        {
-            let mut pgs = self.pgs.borrow_mut();
-            let p = pgs
-                .get_mut(&pg)
-                .filter(|p| p.generation == generation)
-                .ok_or("the interval changed")?;
-            p.missing.insert(
-                oid,
-                Missing {
-                    version,
-                    holders: good,
-                    stale: bad,
-                },
-            );
+        let verdict = judge(&copies, deep, self.me);
+        let mut fixed = false;
+        match &verdict {
+            Verdict::Consistent => {}
+            Verdict::Unrecoverable => {
+                let why: Vec<String> = copies
+                    .iter()
+                    .filter_map(|(o, r)| r.as_ref().err().map(|e| format!("{o}: {e}")))
+                    .collect();
+                tracing::error!(
+                    osd = %self.me, %pg, %oid,
+                    "scrub: no good copy of the object, it is unrecoverable ({})",
+                    why.join("; ")
+                );
+            }
+            Verdict::Repair(good, bad, version) => {
+                tracing::warn!(osd = %self.me, %pg, %oid, ?bad, ?good, "scrub: copies differ; repairing");
+                let marked = {
+                    let mut pgs = self.pgs.borrow_mut();
+                    match pgs.get_mut(&pg).filter(|p| p.generation == generation) {
+                        Some(p) => {
+                            p.missing.insert(
+                                oid,
+                                Missing {
+                                    version: *version,
+                                    holders: good.clone(),
+                                    stale: bad.clone(),
+                                },
+                            );
+                            true
+                        }
+                        None => false,
+                    }
+                };
+                if marked {
+                    match self.recover_object(pg, generation, oid).await {
+                        Ok(()) => fixed = true,
+                        Err(why) => {
+                            tracing::warn!(%pg, %oid, "scrub: repair failed, left to recovery: {why}");
+                            self.start_recovery(pg, generation);
+                        }
+                    }
+                }
+            }
         }
-        self.recover_object(pg, generation, oid).await
+        (verdict, fixed)
     }
 }
 

@@ -56,6 +56,8 @@ pub struct Config {
     pub mgr_interval: Duration,
     /// Down for this long ⇒ out.
     pub out_after: Duration,
+    /// Every PG is deep-scrubbed this often.
+    pub deep_scrub_interval: Duration,
 }
 
 impl Default for Config {
@@ -72,6 +74,7 @@ impl Default for Config {
             tick: Duration::from_millis(500),
             mgr_interval: Duration::from_secs(1),
             out_after: Duration::from_secs(10),
+            deep_scrub_interval: Duration::from_secs(5),
         }
     }
 }
@@ -183,6 +186,8 @@ impl World {
             pool: 2,
             volume: 3,
         };
+        // Deep scrubs run all the time, under the faults.
+        map.settings.deep_scrub_interval_secs = cfg.deep_scrub_interval.as_secs();
         map.epoch = Epoch(1);
         if let Err(e) = recompute(&mut map) {
             panic!("the simulated cluster's initial map does not place: {e}");
