@@ -236,10 +236,10 @@ impl<D: BlockDevice + 'static, P: Peers> Shard<D, P> {
     async fn scrub_schedule(self: Rc<Self>) {
         loop {
             pontoon_rt::sleep(SCHEDULE_TICK).await;
-            if let Some((pg, deep)) = self.next_due() {
-                if let Err(why) = self.scrub_pg(pg, deep).await {
-                    tracing::info!(osd = %self.me, %pg, deep, "scrub stopped: {why}");
-                }
+            if let Some((pg, deep)) = self.next_due()
+                && let Err(why) = self.scrub_pg(pg, deep).await
+            {
+                tracing::info!(osd = %self.me, %pg, deep, "scrub stopped: {why}");
             }
         }
     }
