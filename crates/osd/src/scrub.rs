@@ -6,8 +6,8 @@
 //! store verifies each block's checksum) and compares digests of the
 //! content. One object at a time, under its lock (client writes to it wait
 //! for the comparison, nothing else does), with a pause after each object
-//! three times as long as the object took, so a scrub takes at most a
-//! quarter of the time a shard has.
+//! eight times as long as the object took, so a scrub takes at most a
+//! ninth of the time a shard has.
 //!
 //! The good copy is the newest version whose blocks all pass their
 //! checksums, and on a deep scrub the content most members at that version
@@ -42,10 +42,10 @@ type Answer = (Message, Option<pontoon_buf::AlignedBuf>);
 /// How often a shard looks for a PG due for a scrub.
 const SCHEDULE_TICK: Duration = Duration::from_secs(1);
 /// After each object, scrub pauses this many times as long as the object
-/// took: it uses at most a quarter of a shard's time. Measured on a 2-vCPU
-/// VM: client 4 KiB randread at QD32 keeps 0.81-0.91x of its IOPS during a
-/// deep scrub, about the same with a factor of 1 or 8 (docs/benchmarks.md).
-const PAUSE_FACTOR: u32 = 3;
+/// took: it uses at most a ninth of a shard's time. Measured on a 2-vCPU
+/// VM, client 4 KiB randread at QD32 kept 0.86-0.91x of its IOPS during a
+/// deep scrub with 8, 0.81-0.82x with 1 or 3 (docs/benchmarks.md).
+const PAUSE_FACTOR: u32 = 8;
 /// Unrecoverable objects named per PG (the count is exact).
 const MAX_NAMED: usize = 16;
 
