@@ -347,16 +347,7 @@ impl<D: BlockDevice + 'static, P: Peers> Shard<D, P> {
             return Err(why);
         }
         let image = if m.stale.contains(&self.me) {
-            let img = self.pull_from(&m.holders, target, m.version).await?;
-            if !self.is_current(pg, generation) {
-                return Err("interval changed".into());
-            }
-            let _inflight = self.inflight.enter(pg);
-            self.store
-                .replace(oid, m.version, &img.extents)
-                .await
-                .map_err(|e| format!("installing {oid} locally: {e}"))?;
-            img
+            self.pull_and_install(pg, generation, target, &m).await?
         } else {
             match self.store.read_object(oid).await {
                 Ok(Some(img)) if img.version == m.version => img,
@@ -370,16 +361,7 @@ impl<D: BlockDevice + 'static, P: Peers> Shard<D, P> {
                 // Our copy rotted: take another holder's, and mend ours.
                 Err(e @ StoreError::Checksum { .. }) => {
                     tracing::warn!(osd = %self.me, %oid, "recovery source failed its checksum ({e}); pulling another copy");
-                    let img = self.pull_from(&m.holders, target, m.version).await?;
-                    if !self.is_current(pg, generation) {
-                        return Err("interval changed".into());
-                    }
-                    let _inflight = self.inflight.enter(pg);
-                    self.store
-                        .replace(oid, m.version, &img.extents)
-                        .await
-                        .map_err(|e| format!("mending {oid} locally: {e}"))?;
-                    img
+                    self.pull_and_install(pg, generation, target, &m).await?
                 }
                 Err(e) => return Err(format!("reading {oid}: {e}")),
             }
@@ -427,6 +409,27 @@ impl<D: BlockDevice + 'static, P: Peers> Shard<D, P> {
         } else {
             Err(failures.join("; "))
         }
+    }
+
+    /// Pulls the authoritative copy from another holder and installs it
+    /// here, unless the interval ended meanwhile.
+    async fn pull_and_install(
+        self: &Rc<Self>,
+        pg: PgId,
+        generation: u64,
+        target: Target,
+        m: &Missing,
+    ) -> Result<ObjectImage, String> {
+        let img = self.pull_from(&m.holders, target, m.version).await?;
+        if !self.is_current(pg, generation) {
+            return Err("interval changed".into());
+        }
+        let _inflight = self.inflight.enter(pg);
+        self.store
+            .replace(target.oid, m.version, &img.extents)
+            .await
+            .map_err(|e| format!("installing {} locally: {e}", target.oid))?;
+        Ok(img)
     }
 
     /// Records why the PG's recovery waits (`None`: it no longer does).

@@ -271,10 +271,6 @@ fn deep_scrub(dir: &Path, why: &str) -> Vec<Value> {
     v.as_array().cloned().unwrap_or_default()
 }
 
-fn osd_pid(dir: &Path, id: u32) -> u32 {
-    read_pid(&dir.join(format!("run/osd.{id}.pid"))).expect("osd pid file")
-}
-
 /// OSD log lines containing `what`.
 fn log_lines(dir: &Path, what: &str) -> Vec<String> {
     (0..OSDS)

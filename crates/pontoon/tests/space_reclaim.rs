@@ -12,7 +12,6 @@
 mod common;
 
 use common::*;
-use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -27,24 +26,6 @@ const PURGE_LIMIT: Duration = Duration::from_secs(60);
 
 fn all_clean(s: &Value, up: u64) -> bool {
     s["osds"]["up"] == up && s["pgs"]["states"]["active+clean"].as_u64() == Some(PGS)
-}
-
-fn osd(df: &Value, id: u64) -> &Value {
-    df["osds"]
-        .as_array()
-        .and_then(|a| a.iter().find(|o| o["id"] == id))
-        .unwrap_or_else(|| panic!("osd.{id} not in df: {df:#}"))
-}
-
-fn used(df: &Value, id: u64) -> u64 {
-    osd(df, id)["used_bytes"].as_u64().unwrap_or(u64::MAX)
-}
-
-fn volume<'a>(df: &'a Value, name: &str) -> &'a Value {
-    df["volumes"]
-        .as_array()
-        .and_then(|a| a.iter().find(|v| v["name"] == name))
-        .unwrap_or_else(|| panic!("volume {name} not in df: {df:#}"))
 }
 
 fn within(got: u64, want: u64, pct: f64) -> bool {
@@ -70,10 +51,6 @@ fn nbdcopy(from: &str, to: &str) {
     );
 }
 
-fn osd_pid(dir: &Path, id: u32) -> u32 {
-    read_pid(&dir.join(format!("run/osd.{id}.pid"))).expect("osd pid file")
-}
-
 #[test]
 fn removed_volumes_and_stray_copies_give_their_space_back() {
     let started = Instant::now();
@@ -93,7 +70,7 @@ fn removed_volumes_and_stray_copies_give_their_space_back() {
     });
     let empty = json(&dir, &["df", "--json"]);
     assert!(
-        (0..4).all(|i| used(&empty, i) == 0),
+        (0..4).all(|i| df_used(&empty, i) == 0),
         "a new cluster holds data: {empty:#}"
     );
 
@@ -105,9 +82,9 @@ fn removed_volumes_and_stray_copies_give_their_space_back() {
     let kept_uri = format!("nbd://{nbd}/kept");
     nbdcopy(src.to_str().expect("utf-8 path"), &kept_uri);
     let df = wait_json(&dir, &["df", "--json"], "`kept`'s data", WAIT, |d| {
-        volume(d, "kept")["raw_used_bytes"] == 3 * KEPT
+        df_volume(d, "kept")["raw_used_bytes"] == 3 * KEPT
     });
-    let base: Vec<u64> = (0..4).map(|i| used(&df, i)).collect();
+    let base: Vec<u64> = (0..4).map(|i| df_used(&df, i)).collect();
     ok(
         &dir,
         &[
@@ -119,7 +96,7 @@ fn removed_volumes_and_stray_copies_give_their_space_back() {
     // df and du agree with what was written: exactly, once the reports
     // are in.
     let df = wait_json(&dir, &["df", "--json"], "both volumes' data", WAIT, |d| {
-        volume(d, "gone")["raw_used_bytes"] == 3 * GONE
+        df_volume(d, "gone")["raw_used_bytes"] == 3 * GONE
     });
     let pool = &df["pools"][0];
     assert_eq!(pool["stored_bytes"], GONE + KEPT, "{df:#}");
@@ -150,11 +127,11 @@ fn removed_volumes_and_stray_copies_give_their_space_back() {
         &["df", "--json"],
         "the running OSDs holding only `kept`",
         PURGE_LIMIT,
-        |d| (0..3).all(|i| within(used(d, i), base[i as usize], 1.0)),
+        |d| (0..3).all(|i| within(df_used(d, i), base[i as usize], 1.0)),
     );
     let purge = removed_at.elapsed();
     let deleted: u64 = (0..3)
-        .map(|i| osd(&df, i)["reclaimed_objects"].as_u64().unwrap_or(0))
+        .map(|i| df_osd(&df, i)["reclaimed_objects"].as_u64().unwrap_or(0))
         .sum();
     assert!(deleted > 0, "{df:#}");
     eprintln!("purged `gone` from the running OSDs ({deleted} objects) in {purge:?}");
@@ -167,9 +144,9 @@ fn removed_volumes_and_stray_copies_give_their_space_back() {
         &["df", "--json"],
         "osd.3 holding only `kept` after its restart",
         PURGE_LIMIT,
-        |d| osd(d, 3)["up"] == true && within(used(d, 3), base[3], 1.0),
+        |d| df_osd(d, 3)["up"] == true && within(df_used(d, 3), base[3], 1.0),
     );
-    eprintln!("osd.3 cleaned after restart: {}", used(&df, 3));
+    eprintln!("osd.3 cleaned after restart: {}", df_used(&df, 3));
     wait_json(&dir, &["status", "--json"], "all clean", WAIT, |s| {
         all_clean(s, 4)
     });
@@ -178,7 +155,7 @@ fn removed_volumes_and_stray_copies_give_their_space_back() {
     // come back; the copies the others took meanwhile are strays.
     let reclaimed = |d: &Value| -> u64 {
         (0..4)
-            .map(|i| osd(d, i)["reclaimed_objects"].as_u64().unwrap_or(0))
+            .map(|i| df_osd(d, i)["reclaimed_objects"].as_u64().unwrap_or(0))
             .sum()
     };
     let before_out = reclaimed(&json(&dir, &["df", "--json"]));
@@ -201,7 +178,7 @@ fn removed_volumes_and_stray_copies_give_their_space_back() {
         PURGE_LIMIT,
         |d| {
             d["raw"]["reclaim_pending_objects"] == 0
-                && volume(d, "kept")["raw_used_bytes"] == 3 * KEPT
+                && df_volume(d, "kept")["raw_used_bytes"] == 3 * KEPT
                 && within(d["raw"]["used_bytes"].as_u64().unwrap_or(0), 3 * KEPT, 1.0)
         },
     );

@@ -131,6 +131,32 @@ pub fn wait_status(dir: &Path, what: &str, pred: impl Fn(&Value) -> bool) -> Val
     wait_json(dir, &["status", "--json"], what, WAIT, pred)
 }
 
+/// OSD `id` in `pontoon df --json` output.
+pub fn df_osd(df: &Value, id: u64) -> &Value {
+    df["osds"]
+        .as_array()
+        .and_then(|a| a.iter().find(|o| o["id"] == id))
+        .unwrap_or_else(|| panic!("osd.{id} not in df: {df:#}"))
+}
+
+/// Bytes OSD `id` holds, from `pontoon df --json` output.
+pub fn df_used(df: &Value, id: u64) -> u64 {
+    df_osd(df, id)["used_bytes"].as_u64().unwrap_or(u64::MAX)
+}
+
+/// Volume `name` in `pontoon df --json` output.
+pub fn df_volume<'a>(df: &'a Value, name: &str) -> &'a Value {
+    df["volumes"]
+        .as_array()
+        .and_then(|a| a.iter().find(|v| v["name"] == name))
+        .unwrap_or_else(|| panic!("volume {name} not in df: {df:#}"))
+}
+
+/// The pid of a `pontoon up` cluster's OSD `id`, from its pid file.
+pub fn osd_pid(dir: &Path, id: impl std::fmt::Display) -> u32 {
+    read_pid(&dir.join(format!("run/osd.{id}.pid"))).expect("osd pid file")
+}
+
 /// A free loopback TCP port below Linux's ephemeral range (32768 up), so
 /// the ports `pontoon up` picks for etcd cannot take it before the
 /// gateway listens on it.
