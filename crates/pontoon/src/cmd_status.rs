@@ -512,4 +512,46 @@ mod tests {
         assert_eq!(json["osds"]["list"][2]["held_down"], true);
         assert_eq!(json["osds"]["list"][0]["unreachable"][0], 2);
     }
+
+    #[test]
+    fn full_osds_reclaim_backlog_and_scrub_findings_are_named() {
+        let mut m = map();
+        if let Some(o) = m.osds.get_mut(&OsdId(1)) {
+            o.full = FullState::Nearfull;
+        }
+        let mut lost = pg(0, 5, PgState::ActiveClean, 0, 0);
+        lost.scrub.unrecoverable_objects = 1;
+        lost.scrub.unrecoverable = vec!["vol3.17".into()];
+        lost.scrub.repaired_objects = 2;
+        let mut waiting = pg(1, 5, PgState::Recovering, 1, 0);
+        waiting.note = Some("osd.0 is backfillfull: recovery onto it waits for space".into());
+        let reports = vec![
+            OsdReport {
+                osd: OsdId(0),
+                pgs: vec![lost],
+                reclaim_pending: 5,
+                ..Default::default()
+            },
+            OsdReport {
+                osd: OsdId(1),
+                pgs: vec![waiting],
+                used_bytes: 870,
+                capacity_bytes: 1000,
+                ..Default::default()
+            },
+        ];
+        let text = render(&summarize(&m, &reports, None));
+        assert!(
+            text.contains("nearfull: osd.1 (87.0% of its data area used)"),
+            "{text}"
+        );
+        assert!(text.contains("reclaim: 5 objects"), "{text}");
+        assert!(
+            text.contains("pg 1.0: 1 objects have no good copy"),
+            "{text}"
+        );
+        assert!(text.contains("vol3.17"), "{text}");
+        assert!(text.contains("pg 1.1: osd.0 is backfillfull"), "{text}");
+        assert!(text.contains("scrub repaired 2, 1 unrecoverable"), "{text}");
+    }
 }
