@@ -1142,6 +1142,19 @@ impl MapStore {
         Ok((chosen, updated.map.epoch))
     }
 
+    /// Sets how often every PG is deep-scrubbed (0: only on request).
+    pub async fn set_deep_scrub_interval(&self, secs: u64) -> Result<(), ClusterError> {
+        self.update::<_, ClusterError>(|m| {
+            if m.settings.deep_scrub_interval_secs == secs {
+                return Ok(false);
+            }
+            m.settings.deep_scrub_interval_secs = secs;
+            Ok(true)
+        })
+        .await?;
+        Ok(())
+    }
+
     /// Changes the full ratios with `f`; refuses ratios that are out of
     /// range or out of order. Returns the ratios now in force.
     pub async fn set_full_ratios(

@@ -317,13 +317,14 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
         .find(|c: char| !(c.is_ascii_digit() || c == '.'))
         .unwrap_or(t.len());
     let (num, unit) = t.split_at(split);
-    let bad = || format!("invalid duration {s:?}: expected e.g. 500ms, 3s, 2m or 1h");
+    let bad = || format!("invalid duration {s:?}: expected e.g. 500ms, 3s, 2m, 1h or 7d");
     let n: f64 = num.parse().map_err(|_| bad())?;
     let secs = match unit.trim() {
         "ms" => n / 1000.0,
         "" | "s" => n,
         "m" | "min" => n * 60.0,
         "h" => n * 3600.0,
+        "d" => n * 86_400.0,
         _ => return Err(bad()),
     };
     if !secs.is_finite() || !(0.0..=1e9).contains(&secs) {
@@ -392,6 +393,10 @@ mod tests {
         assert_eq!(parse_duration("500ms").unwrap(), Duration::from_millis(500));
         assert_eq!(parse_duration("2m").unwrap(), Duration::from_secs(120));
         assert_eq!(parse_duration("1.5").unwrap(), Duration::from_millis(1500));
+        assert_eq!(
+            parse_duration("7d").unwrap(),
+            Duration::from_secs(7 * 86_400)
+        );
         assert!(parse_duration("soon").is_err());
         assert!(parse_duration("3 parsecs").is_err());
         assert!(parse_duration("-1s").is_err());

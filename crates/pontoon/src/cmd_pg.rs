@@ -2,6 +2,7 @@
 //! PGs with their states and scrub findings, and scrubs on request.
 
 use std::collections::HashMap;
+use std::time::Duration;
 
 use anyhow::{Result, bail};
 use clap::{Args, Subcommand};
@@ -9,7 +10,7 @@ use pontoon_cluster::{ClusterMap, MapStore, OsdReport, PgScrubReport};
 use pontoon_types::{OsdId, PgId};
 use serde::Serialize;
 
-use crate::cluster_args::ClusterArgs;
+use crate::cluster_args::{ClusterArgs, format_duration, parse_duration};
 use crate::cmd_status::UNKNOWN;
 
 /// `pontoon pg ...`.
@@ -41,6 +42,13 @@ enum PgCmd {
     DeepScrub {
         /// The PG.
         pgid: String,
+    },
+    /// Set how often every PG is deep-scrubbed, for the whole cluster
+    /// (default 7d; 0 scrubs only on request).
+    SetDeepScrubInterval {
+        /// e.g. 7d, 12h, 0.
+        #[arg(value_parser = parse_duration)]
+        interval: Duration,
     },
 }
 
@@ -123,7 +131,7 @@ pub fn run(args: PgArgs) -> Result<()> {
     let (pgid, deep) = match &cmd {
         PgCmd::Scrub { pgid } => (Some(parse_pgid(pgid)?), false),
         PgCmd::DeepScrub { pgid } => (Some(parse_pgid(pgid)?), true),
-        PgCmd::Ls { .. } => (None, false),
+        PgCmd::Ls { .. } | PgCmd::SetDeepScrubInterval { .. } => (None, false),
     };
     crate::runtime()?.block_on(async move {
         let (store, _) = args.cluster.connect().await?;
@@ -134,8 +142,20 @@ pub fn run(args: PgArgs) -> Result<()> {
             };
             return request(&store, &pool.name, &[pg.index], deep).await;
         }
-        let PgCmd::Ls { pool, json } = cmd else {
-            return Ok(());
+        let (pool, json) = match cmd {
+            PgCmd::Ls { pool, json } => (pool, json),
+            PgCmd::SetDeepScrubInterval { interval } => {
+                store.set_deep_scrub_interval(interval.as_secs()).await?;
+                match interval.as_secs() {
+                    0 => println!("deep scrubs only on request"),
+                    s => println!(
+                        "every PG is deep-scrubbed every {}",
+                        format_duration(Duration::from_secs(s))
+                    ),
+                }
+                return Ok(());
+            }
+            _ => return Ok(()),
         };
         if let Some(p) = &pool
             && map.pool_by_name(p).is_none()

@@ -585,6 +585,24 @@ fn deep_scrub_repairs_rotten_copies_and_names_lost_objects() {
         "nbdcopy read the whole volume, {lost} included, without an error"
     );
 
+    // The schedule: with a 2 s interval every PG is deep-scrubbed again
+    // without being asked.
+    let stamp = |p: &Value| p["scrub"]["last_deep_scrub_unix"].as_u64().unwrap_or(0);
+    let asked_at = unix_now();
+    ok(&dir, &["pg", "set-deep-scrub-interval", "2s"]);
+    wait_json(
+        &dir,
+        &["pg", "ls", "--json"],
+        "every PG deep-scrubbed again on the schedule",
+        SCRUB_LIMIT,
+        |v| {
+            v.as_array()
+                .is_some_and(|a| a.len() == PGS as usize && a.iter().all(|p| stamp(p) > asked_at))
+        },
+    );
+    ok(&dir, &["pg", "set-deep-scrub-interval", "0"]);
+    eprintln!("scheduled deep scrubs ran after {:?}", started.elapsed());
+
     // No OSD died or restarted.
     for (i, pid) in pids.iter().enumerate() {
         assert!(alive(*pid), "osd.{i} (pid {pid}) is gone");
