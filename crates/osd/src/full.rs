@@ -30,15 +30,15 @@ impl<D: BlockDevice + 'static, P: Peers> Shard<D, P> {
         if self.store.unallocated_blocks(t.oid, offset, len) == 0 {
             return None;
         }
-        if self.slice_fullness() == FullState::Full {
-            let (used, capacity) = self.store.fill();
+        let map = self.map();
+        let (used, capacity) = self.store.fill();
+        if map.full_ratios.state(used, capacity) == FullState::Full {
             return Some(format!(
                 "{} is full ({:.1}% of its data area used): writes needing new space are refused until space is freed",
                 self.me,
                 ratio(used, capacity) * 100.0
             ));
         }
-        let map = self.map();
         map.pgs
             .get(&t.pg)?
             .acting

@@ -130,6 +130,12 @@ impl Pg {
         self.entry.interval.max(self.promised)
     }
 
+    /// Whether scrub may compare the PG's copies now: this shard is its
+    /// active primary and nothing is left to recover.
+    pub fn scrubbable(&self) -> bool {
+        self.is_primary() && self.phase == Phase::Active && self.missing.is_empty()
+    }
+
     /// Whether this OSD promised a newer interval's primary to refuse
     /// operations of the map's interval (its map is behind).
     pub fn overtaken(&self) -> bool {

@@ -34,7 +34,7 @@ use pontoon_types::{BLOCK_SIZE_U64, Epoch, ObjectId, OsdId, PgId, Version};
 use rustc_hash::FxHashMap;
 
 use crate::peers::Peers;
-use crate::pg::{Missing, Phase};
+use crate::pg::Missing;
 use crate::shard::{Shard, error, status_of};
 
 type Answer = (Message, Option<pontoon_buf::AlignedBuf>);
@@ -164,15 +164,21 @@ impl<D: BlockDevice + 'static, P: Peers> Shard<D, P> {
         oid: ObjectId,
         deep: bool,
     ) -> Result<ObjectDigest, StoreError> {
-        if !deep {
-            let blocks: u64 = self
-                .store
-                .allocated(oid)
-                .iter()
-                .map(|r| (r.end - r.start) / BLOCK_SIZE_U64)
-                .sum();
+        let Some(version) = self.store.version(oid) else {
             return Ok(ObjectDigest {
-                version: self.store.version(oid).unwrap_or(Version::ZERO),
+                version: Version::ZERO,
+                blocks: 0,
+                digest: 0,
+            });
+        };
+        let ranges = self.store.allocated(oid);
+        let blocks = ranges
+            .iter()
+            .map(|r| (r.end - r.start) / BLOCK_SIZE_U64)
+            .sum();
+        if !deep {
+            return Ok(ObjectDigest {
+                version,
                 blocks,
                 digest: 0,
             });
@@ -181,18 +187,10 @@ impl<D: BlockDevice + 'static, P: Peers> Shard<D, P> {
         // shard's loop for long; the primary holds the object's lock, so
         // nothing changes it meanwhile (a version that moves anyway makes
         // this copy count as bad, and repair rewrites it).
-        let Some(version) = self.store.version(oid) else {
-            return Ok(ObjectDigest {
-                version: Version::ZERO,
-                blocks: 0,
-                digest: 0,
-            });
-        };
-        let (mut layout, mut content, mut blocks) = (0u32, 0u32, 0u64);
-        for r in self.store.allocated(oid) {
+        let (mut layout, mut content) = (0u32, 0u32);
+        for r in ranges {
             layout = crc32c::crc32c_append(layout, &r.start.to_le_bytes());
             layout = crc32c::crc32c_append(layout, &(r.end - r.start).to_le_bytes());
-            blocks += (r.end - r.start) / BLOCK_SIZE_U64;
             let mut at = r.start;
             while at < r.end {
                 let n = (r.end - at).min(DIGEST_PIECE);
@@ -270,7 +268,7 @@ impl<D: BlockDevice + 'static, P: Peers> Shard<D, P> {
         let book = self.scrub.pgs.borrow();
         let mut overdue: Option<(Instant, PgId)> = None;
         for (id, pg) in self.pgs.borrow().iter() {
-            if !pg.is_primary() || pg.phase != Phase::Active || !pg.missing.is_empty() {
+            if !pg.scrubbable() {
                 continue;
             }
             let rec = book.get(id).cloned().unwrap_or_default();
@@ -299,7 +297,7 @@ impl<D: BlockDevice + 'static, P: Peers> Shard<D, P> {
             let pgs = self.pgs.borrow();
             let p = pgs
                 .get(&pg)
-                .filter(|p| p.is_primary() && p.phase == Phase::Active && p.missing.is_empty())
+                .filter(|p| p.scrubbable())
                 .ok_or("not the active primary of a recovered PG")?;
             (p.generation, p.entry.interval, p.entry.acting.clone())
         };
