@@ -1,17 +1,16 @@
 //! `pontoon pg ls|scrub|deep-scrub` and `pontoon pool scrub|deep-scrub`:
 //! PGs with their states and scrub findings, and scrubs on request.
 
-use std::collections::HashMap;
 use std::time::Duration;
 
 use anyhow::{Result, bail};
 use clap::{Args, Subcommand};
 use pontoon_cluster::{ClusterMap, MapStore, OsdReport, PgScrubReport};
-use pontoon_types::{OsdId, PgId};
+use pontoon_types::PgId;
 use serde::Serialize;
 
 use crate::cluster_args::{ClusterArgs, format_duration, parse_duration};
-use crate::cmd_status::UNKNOWN;
+use crate::cmd_status::PrimaryReports;
 
 /// `pontoon pg ...`.
 #[derive(Args, Debug)]
@@ -84,7 +83,7 @@ pub fn parse_pgid(s: &str) -> Result<PgId> {
 
 /// Every PG (of `pool`, if given) with what its primary reports.
 pub fn pg_views(map: &ClusterMap, reports: &[OsdReport], pool: Option<&str>) -> Vec<PgView> {
-    let by_osd: HashMap<OsdId, &OsdReport> = reports.iter().map(|r| (r.osd, r)).collect();
+    let primaries = PrimaryReports::new(reports);
     map.pgs
         .values()
         .filter_map(|rec| {
@@ -92,26 +91,11 @@ pub fn pg_views(map: &ClusterMap, reports: &[OsdReport], pool: Option<&str>) -> 
             if pool.is_some_and(|p| p != pool_name) {
                 return None;
             }
-            let report = rec.primary().and_then(|p| {
-                by_osd
-                    .get(&p)?
-                    .pgs
-                    .iter()
-                    .find(|r| r.pg == rec.pg && r.interval == rec.interval)
-            });
+            let (report, state) = primaries.of(rec);
             Some(PgView {
                 pgid: rec.pg.to_string(),
                 pool: pool_name,
-                state: report.map_or_else(
-                    || {
-                        if rec.acting.is_empty() {
-                            "inactive".into()
-                        } else {
-                            UNKNOWN.into()
-                        }
-                    },
-                    |r| r.state.to_string(),
-                ),
+                state: state.to_string(),
                 acting: rec.acting.iter().map(|o| o.0).collect(),
                 objects: report.map_or(0, |r| r.objects),
                 scrub: report.map(|r| r.scrub.clone()).unwrap_or_default(),

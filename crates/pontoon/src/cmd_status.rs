@@ -10,8 +10,8 @@ use std::collections::{BTreeMap, HashMap};
 use anyhow::Result;
 use clap::Args;
 use pontoon_cluster::space::{FullState, ratio};
-use pontoon_cluster::{ClusterMap, OsdReport, PgReport, PgState};
-use pontoon_types::{OsdId, format_size};
+use pontoon_cluster::{ClusterMap, OsdReport, PgRecord, PgReport, PgState};
+use pontoon_types::{OsdId, PgId, format_size};
 use serde::Serialize;
 
 use crate::cluster_args::ClusterArgs;
@@ -143,58 +143,76 @@ pub struct ObjectSummary {
     pub unrecoverable: u64,
 }
 
+/// The OSDs' PG reports, indexed so that a PG's state is what its current
+/// primary reports of it in its current interval.
+pub struct PrimaryReports<'a>(HashMap<OsdId, HashMap<PgId, &'a PgReport>>);
+
+impl<'a> PrimaryReports<'a> {
+    /// Indexes `reports`.
+    pub fn new(reports: &'a [OsdReport]) -> Self {
+        Self(
+            reports
+                .iter()
+                .map(|r| (r.osd, r.pgs.iter().map(|p| (p.pg, p)).collect()))
+                .collect(),
+        )
+    }
+
+    /// The current primary's report of `rec`, and the state name to show:
+    /// `inactive` with no primary, [`UNKNOWN`] with no current report.
+    pub fn of(&self, rec: &PgRecord) -> (Option<&'a PgReport>, &'static str) {
+        let Some(primary) = rec.primary() else {
+            return (None, PgState::Inactive.as_str());
+        };
+        let report = self
+            .0
+            .get(&primary)
+            .and_then(|pgs| pgs.get(&rec.pg))
+            .copied()
+            .filter(|r| r.interval == rec.interval);
+        (report, report.map_or(UNKNOWN, |r| r.state.as_str()))
+    }
+}
+
 /// Builds the status from a map, the reports and the manager's name.
 pub fn summarize(map: &ClusterMap, reports: &[OsdReport], manager: Option<String>) -> Status {
     let by_osd: HashMap<OsdId, &OsdReport> = reports.iter().map(|r| (r.osd, r)).collect();
-    let pg_reports: HashMap<OsdId, HashMap<_, &PgReport>> = reports
-        .iter()
-        .map(|r| (r.osd, r.pgs.iter().map(|p| (p.pg, p)).collect()))
-        .collect();
+    let primaries = PrimaryReports::new(reports);
     let mut states: BTreeMap<String, usize> = BTreeMap::new();
     let mut objects = ObjectSummary::default();
     let mut pg_notes = Vec::new();
     for rec in map.pgs.values() {
-        let state = match rec.primary() {
-            None => PgState::Inactive.as_str(),
-            Some(primary) => match pg_reports
-                .get(&primary)
-                .and_then(|pgs| pgs.get(&rec.pg))
-                .filter(|r| r.interval == rec.interval)
-            {
-                Some(r) => {
-                    if let Some(note) = &r.note {
-                        pg_notes.push(PgNote {
-                            pg: r.pg.to_string(),
-                            note: note.clone(),
-                        });
-                    }
-                    if r.scrub.unrecoverable_objects > 0 {
-                        pg_notes.push(PgNote {
-                            pg: r.pg.to_string(),
-                            note: format!(
-                                "{} objects have no good copy (unrecoverable; reads of them fail): {}",
-                                r.scrub.unrecoverable_objects,
-                                r.scrub.unrecoverable.join(", ")
-                            ),
-                        });
-                    }
-                    if let Some((done, all)) = r.scrub.progress {
-                        pg_notes.push(PgNote {
-                            pg: r.pg.to_string(),
-                            note: format!("scrubbing: {done} of {all} objects compared"),
-                        });
-                    }
-                    objects.scrub_repaired += r.scrub.repaired_objects;
-                    objects.unrecoverable += r.scrub.unrecoverable_objects;
-                    objects.total += r.objects;
-                    objects.degraded += r.degraded_objects;
-                    objects.missing += r.missing_objects;
-                    objects.recovered += r.recovered_objects;
-                    r.state.as_str()
-                }
-                None => UNKNOWN,
-            },
-        };
+        let (report, state) = primaries.of(rec);
+        if let Some(r) = report {
+            if let Some(note) = &r.note {
+                pg_notes.push(PgNote {
+                    pg: r.pg.to_string(),
+                    note: note.clone(),
+                });
+            }
+            if r.scrub.unrecoverable_objects > 0 {
+                pg_notes.push(PgNote {
+                    pg: r.pg.to_string(),
+                    note: format!(
+                        "{} objects have no good copy (unrecoverable; reads of them fail): {}",
+                        r.scrub.unrecoverable_objects,
+                        r.scrub.unrecoverable.join(", ")
+                    ),
+                });
+            }
+            if let Some((done, all)) = r.scrub.progress {
+                pg_notes.push(PgNote {
+                    pg: r.pg.to_string(),
+                    note: format!("scrubbing: {done} of {all} objects compared"),
+                });
+            }
+            objects.scrub_repaired += r.scrub.repaired_objects;
+            objects.unrecoverable += r.scrub.unrecoverable_objects;
+            objects.total += r.objects;
+            objects.degraded += r.degraded_objects;
+            objects.missing += r.missing_objects;
+            objects.recovered += r.recovered_objects;
+        }
         *states.entry(state.to_string()).or_default() += 1;
     }
     let list: Vec<OsdView> = map
