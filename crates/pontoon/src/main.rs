@@ -18,6 +18,7 @@ mod cmd_pg;
 mod cmd_pool;
 mod cmd_status;
 mod cmd_up;
+mod cmd_vhost;
 mod cmd_volume;
 mod cpu;
 mod fio;
@@ -62,6 +63,8 @@ enum Command {
     Du(cmd_df::DuArgs),
     /// Serve every volume over NBD (qemu, nbd-client, libnbd tools, fio).
     Nbd(cmd_nbd::NbdArgs),
+    /// Serve volumes to local VMs as virtio-blk disks (vhost-user-blk).
+    Vhost(cmd_vhost::VhostArgs),
     /// Manage NVMe-oF subsystems, namespaces and allowed hosts; with no
     /// subcommand, run the NVMe/TCP gateway that serves them.
     Nvmf(cmd_nvmf::NvmfArgs),
@@ -86,7 +89,7 @@ fn main() {
     // Daemons log what they do; one-shot commands only warnings.
     let default_filter = match &cli.command {
         Command::Up(_) => "warn,pontoon_mgr=info",
-        Command::Osd(_) | Command::Mgr(_) | Command::Nbd(_) => "info",
+        Command::Osd(_) | Command::Mgr(_) | Command::Nbd(_) | Command::Vhost(_) => "info",
         Command::Nvmf(a) if a.is_gateway() => "info",
         _ => "warn",
     };
@@ -110,6 +113,7 @@ fn main() {
         Command::Df(a) => cmd_df::run_df(a),
         Command::Du(a) => cmd_df::run_du(a),
         Command::Nbd(a) => cmd_nbd::run(a),
+        Command::Vhost(a) => cmd_vhost::run(a),
         Command::Nvmf(a) => cmd_nvmf::run(a),
         Command::Bench(a) => cmd_bench::run(a),
         Command::StoreBench(a) => store_bench::run(a),

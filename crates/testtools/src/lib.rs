@@ -238,6 +238,12 @@ pub fn vm_initiator() -> PathBuf {
 /// could not set up the VM (exit 2). The caller judges the result: the
 /// guest printed `VMTEST-RESULT: PASS` if and only if [`vm_passed`].
 pub fn run_vm(script: &str, args: &[String], limit: Duration) -> Ran {
+    run_vm_env(script, args, &[], limit)
+}
+
+/// Like [`run_vm`], with harness settings in the environment (e.g.
+/// `VM_VHOST_BLK`, `VM_QEMU_ARGS`, `VM_LOG`).
+pub fn run_vm_env(script: &str, args: &[String], env: &[(&str, &str)], limit: Duration) -> Ran {
     let dir = vm_initiator();
     let r = run(
         Command::new(dir.join("run-vm.sh"))
@@ -246,6 +252,7 @@ pub fn run_vm(script: &str, args: &[String], limit: Duration) -> Ran {
                 "VM_TIMEOUT",
                 limit.as_secs().saturating_sub(60).max(60).to_string(),
             )
+            .envs(env.iter().copied())
             .arg(script)
             .args(args),
         limit,
