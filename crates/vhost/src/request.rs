@@ -8,7 +8,7 @@ use std::ops::Deref;
 
 use virtio_bindings::virtio_blk::*;
 use virtio_queue::DescriptorChain;
-use vm_memory::{Bytes, GuestAddress, GuestMemory, Permissions};
+use vm_memory::{Address, Bytes, GuestAddress, GuestMemory, Permissions};
 
 use crate::config::SEG_MAX;
 
@@ -201,13 +201,21 @@ where
     let mut writable = Segments::default();
     let mut count = 0usize;
     let mut broken = None;
+    // The status byte is the last byte of the chain's last device-writable
+    // descriptor, so the walk goes on to the end of the chain after a
+    // fault (virtio-queue bounds it by the table size), collecting nothing
+    // more but that descriptor.
+    let mut last_writable = None;
     for desc in chain.clone() {
         count += 1;
+        if desc.is_write_only() && desc.len() > 0 {
+            last_writable = GuestAddress(desc.addr().0).checked_add(u64::from(desc.len()) - 1);
+        }
+        if broken.is_some() || desc.len() == 0 {
+            continue;
+        }
         if count > MAX_DESCRIPTORS {
             broken = Some("too many descriptors (or a loop)");
-            break;
-        }
-        if desc.len() == 0 {
             continue;
         }
         let access = if desc.is_write_only() {
@@ -217,7 +225,7 @@ where
         };
         if !mem.check_range(GuestAddress(desc.addr().0), desc.len() as usize, access) {
             broken = Some("descriptor outside guest memory");
-            break;
+            continue;
         }
         let seg = Segment {
             addr: desc.addr().0,
@@ -232,17 +240,9 @@ where
         };
         if let Err(why) = pushed {
             broken = Some(why);
-            break;
         }
     }
-    // The status byte: the last byte of the last device-writable descriptor,
-    // if that one is inside guest memory (checked above, or checked here
-    // when the walk stopped early).
-    let status = writable
-        .as_slice()
-        .last()
-        .map(|s| GuestAddress(s.addr + u64::from(s.len) - 1))
-        .filter(|a| mem.check_range(*a, 1, Permissions::Write));
+    let status = last_writable.filter(|a| mem.check_range(*a, 1, Permissions::Write));
     let bad = |why| Err(Malformed { status, why });
     if let Some(why) = broken {
         return bad(why);
