@@ -24,6 +24,7 @@
 //! ```
 
 mod catalog;
+pub mod locate;
 pub mod map_feed;
 pub mod object_io;
 mod volume;

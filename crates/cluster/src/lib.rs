@@ -25,6 +25,10 @@
 //! | `pgs/<pool>/<first>` | array of up to [`keys::PG_CHUNK`] [`PgRecord`]s, PGs `first..first+1024` |
 //! | `reports/<osd>` | the OSD's latest [`OsdReport`] (not part of the map) |
 //! | `mgr/leader` | the active manager's name, attached to its lease ([`Leadership`]) |
+//! | `daemons/<kind>.<name>` | a running daemon and its `/metrics` address, attached to its lease ([`daemons`]; not part of the map) |
+//! | `history/<tier>/<start>/<group>` | capacity history chunks, binary ([`history`]; not part of the map) |
+//! | `endurance/<osd>` | an OSD's rated endurance ([`history::RatedEndurance`]; not part of the map) |
+//! | `config/api_token` | the REST API token ([`config`]; not part of the map) |
 //!
 //! PGs are stored in chunks rather than one key each because etcd accepts
 //! at most 128 operations per transaction by default, and one OSD failing
@@ -56,7 +60,10 @@
 
 #![warn(missing_docs)]
 
+pub mod config;
+pub mod daemons;
 pub mod etcd;
+pub mod history;
 pub mod keys;
 pub mod lease;
 pub mod model;
@@ -71,6 +78,7 @@ pub use model::{
     MAX_PGS_PER_POOL, NextIds, OsdRecord, OsdReport, PastInterval, PgRecord, PgReport,
     PgScrubReport, PgState, PoolRecord, ScrubRequest, VolumeRecord, VolumeSpace, is_valid_name,
 };
+pub use model::{NvmeWear, OsdIo};
 pub use pgmap::{PgChanges, PgMapError, recompute, trim_clean_pgs, trim_past_intervals};
 
 /// Why a cluster-map operation failed. Variants are meant to be shown to an

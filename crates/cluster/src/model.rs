@@ -641,10 +641,84 @@ pub struct OsdReport {
     /// Objects deleted by reclaim since the OSD started.
     #[serde(default)]
     pub reclaimed_objects: u64,
+    /// Reads that found a block not matching its checksum, since the OSD
+    /// started: a sign of a failing device.
+    #[serde(default)]
+    pub checksum_errors: u64,
+    /// Why the OSD's store stopped accepting writes, if it did (the OSD
+    /// exits soon after).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub store_failure: Option<String>,
     /// OSDs this one shares PGs with and has not heard from, by heartbeat,
     /// for longer than the grace.
     #[serde(default, skip_serializing_if = "Vec::is_empty", with = "ids::osd_ids")]
     pub unreachable: Vec<OsdId>,
+    /// Cumulative I/O counters of the OSD's stores, and what an NVMe
+    /// device says of its own wear (capacity history and endurance).
+    #[serde(default, skip_serializing_if = "OsdIo::is_empty")]
+    pub io: OsdIo,
+}
+
+/// An OSD's cumulative I/O counters since its process started (summed
+/// over its store slices; reset by a restart, which `since_unix` tells),
+/// and its device's own wear where the device is NVMe. A report is not
+/// republished for these alone (see the OSD's control loop), so they may
+/// lag by the report refresh (10 s).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OsdIo {
+    /// When the OSD process started (Unix seconds): counters restart at 0
+    /// with a new value.
+    #[serde(default)]
+    pub since_unix: u64,
+    /// Read operations the stores completed (client and recovery reads).
+    #[serde(default)]
+    pub reads: u64,
+    /// Write operations the stores completed (client writes at the
+    /// primary and replica writes alike).
+    #[serde(default)]
+    pub writes: u64,
+    /// Bytes the stores returned to readers.
+    #[serde(default)]
+    pub read_bytes: u64,
+    /// Bytes the stores' callers asked to write ("user" bytes).
+    #[serde(default)]
+    pub written_bytes: u64,
+    /// Bytes written to the device: journal, data, moved, checkpoints.
+    #[serde(default)]
+    pub device_written_bytes: u64,
+    /// Of those, bytes written to the journal rings (the write buffer).
+    #[serde(default)]
+    pub journal_written_bytes: u64,
+    /// Whether the journal is on a device of its own.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub journal_separate: bool,
+    /// The device's NVMe SMART wear; `None` when it is not NVMe.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nvme: Option<NvmeWear>,
+}
+
+impl OsdIo {
+    /// Whether nothing was counted (serde skips it).
+    pub fn is_empty(&self) -> bool {
+        *self == Self::default()
+    }
+}
+
+/// What an NVMe device's SMART / Health log page says of its wear.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NvmeWear {
+    /// The device read (e.g. `/dev/nvme0n1`).
+    pub device: String,
+    /// "Data Units Written": thousands of 512-byte units the host wrote
+    /// over the device's life.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data_units_written: Option<u64>,
+    /// "Percentage Used": the vendor's estimate of life used (may exceed 100).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub percentage_used: Option<u8>,
+    /// Why the log page could not be read, if it could not.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
 }
 
 /// What one volume holds on one OSD.

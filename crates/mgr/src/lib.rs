@@ -16,6 +16,16 @@
 #![warn(missing_docs)]
 
 mod decide;
+pub mod endurance;
+pub mod forecast;
+pub mod history;
+mod sampler;
+pub mod health;
+pub mod admin;
+pub mod http;
+pub mod listings;
+pub mod metrics;
+pub mod status;
 
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -37,6 +47,8 @@ pub struct MgrConfig {
     pub lease_ttl_secs: u64,
     /// Longest pause between two passes when nothing changes.
     pub interval: Duration,
+    /// How often the capacity history is sampled ([`history`]).
+    pub history_interval: Duration,
 }
 
 /// Default time an OSD may be down before it is marked out.
@@ -56,6 +68,7 @@ impl MgrConfig {
             out_after: DEFAULT_OUT_AFTER,
             lease_ttl_secs: DEFAULT_LEASE_TTL_SECS,
             interval: DEFAULT_INTERVAL,
+            history_interval: history::DEFAULT_INTERVAL,
         }
     }
 }
@@ -142,6 +155,8 @@ async fn lead(
     };
     let mut tick = tokio::time::interval(cfg.interval.max(Duration::from_millis(10)));
     tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    // Loads the history this term continues at its first tick.
+    let mut sampler = sampler::Sampler::new(cfg.history_interval);
     loop {
         tokio::select! {
             _ = stopped(stop) => return,
@@ -158,6 +173,8 @@ async fn lead(
             tracing::warn!(name = %cfg.name, "lost the manager lease");
             return;
         }
+        let map = maps.borrow().clone();
+        sampler.tick(store, leader, &map).await;
         match pass(store, leader, manager).await {
             Ok(()) => {}
             Err(ClusterError::NotLeader) => {

@@ -12,7 +12,7 @@ use std::net::SocketAddr;
 use std::pin::pin;
 use std::rc::Rc;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::thread;
 use std::time::Duration;
 
@@ -50,6 +50,29 @@ impl Stop {
             Either::Left((out, _)) => Some(out),
             Either::Right(_) => None,
         }
+    }
+}
+
+/// Connections this process's gateway listeners accepted, since it started.
+pub static CONNECTIONS_ACCEPTED: AtomicU64 = AtomicU64::new(0);
+/// Connections this process's gateway listeners are serving now.
+pub static CONNECTIONS_OPEN: AtomicU64 = AtomicU64::new(0);
+
+/// Counts one connection in [`CONNECTIONS_OPEN`] while it lives (also
+/// when its task is dropped at shutdown).
+struct OpenConnection;
+
+impl OpenConnection {
+    fn new() -> Self {
+        CONNECTIONS_ACCEPTED.fetch_add(1, Ordering::Relaxed);
+        CONNECTIONS_OPEN.fetch_add(1, Ordering::Relaxed);
+        Self
+    }
+}
+
+impl Drop for OpenConnection {
+    fn drop(&mut self) {
+        CONNECTIONS_OPEN.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
@@ -256,7 +279,12 @@ async fn accept_loop<S: Service>(
                     continue;
                 }
                 debug!(%peer, "accepted");
-                conns.push(compio::runtime::spawn(service.clone().serve(stream, peer)));
+                let conn = OpenConnection::new();
+                let serve = service.clone().serve(stream, peer);
+                conns.push(compio::runtime::spawn(async move {
+                    serve.await;
+                    drop(conn);
+                }));
             }
             Err(e) => {
                 // E.g. out of file descriptors: back off instead of spinning.

@@ -9,7 +9,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use pontoon_cluster::{ClusterMap, OsdReport, VolumeSpace};
+use pontoon_cluster::{ClusterMap, OsdIo, OsdReport, VolumeSpace};
 use pontoon_types::{BLOCK_SIZE_U64, Epoch, OsdId, VolumeId};
 
 use crate::daemon::{in_any_interval, pg_reports};
@@ -193,7 +193,13 @@ async fn report<S: MapSource>(
         volumes: Vec::new(),
         reclaim_pending: 0,
         reclaimed_objects: 0,
+        checksum_errors: 0,
+        store_failure: None,
         unreachable: Vec::new(),
+        io: OsdIo {
+            since_unix: process_start_unix(),
+            ..OsdIo::default()
+        },
     };
     for s in shards {
         r.used_bytes += s.stats.used_bytes;
@@ -202,6 +208,11 @@ async fn report<S: MapSource>(
         r.journal_bytes += s.stats.journal_bytes;
         r.reclaim_pending += s.reclaim.pending_objects;
         r.reclaimed_objects += s.reclaim.deleted_objects;
+        r.checksum_errors += s.stats.checksum_errors;
+        add_io(&mut r.io, &s.stats);
+        if r.store_failure.is_none() {
+            r.store_failure.clone_from(&s.store_failure);
+        }
         pgs.extend(pg_reports(&s.pgs));
         unreachable.extend(s.unreachable.iter().copied());
         for (volume, u) in &s.volumes {
@@ -219,7 +230,7 @@ async fn report<S: MapSource>(
     r.volumes = volumes.into_values().collect();
     let now = source.now();
     let due = last.as_ref().is_none_or(|(prev, at)| {
-        *prev != r || now.saturating_duration_since(*at) >= REPORT_REFRESH
+        differs_beyond_io(prev, &r) || now.saturating_duration_since(*at) >= REPORT_REFRESH
     });
     if !due {
         return;
@@ -228,6 +239,35 @@ async fn report<S: MapSource>(
         Ok(()) => *last = Some((r, now)),
         Err(e) => tracing::debug!(osd = %me, "report: {e}"),
     }
+}
+
+/// Adds a slice's I/O counters to the OSD's.
+fn add_io(io: &mut OsdIo, s: &pontoon_store::StoreStats) {
+    io.reads += s.reads;
+    io.writes += s.writes;
+    io.read_bytes += s.user_bytes_read;
+    io.written_bytes += s.user_bytes_written;
+    io.device_written_bytes += s.device_bytes_written;
+    io.journal_written_bytes += s.journal_bytes_written;
+}
+
+/// Whether two reports differ in more than their I/O counters, which
+/// move with every I/O: alone they wait for the refresh, so that they add
+/// no etcd writes.
+fn differs_beyond_io(prev: &OsdReport, r: &OsdReport) -> bool {
+    let mut a = prev.clone();
+    a.io.clone_from(&r.io);
+    a != *r
+}
+
+/// When this process started, Unix seconds (the I/O counters' origin).
+fn process_start_unix() -> u64 {
+    static START: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    *START.get_or_init(|| {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs())
+    })
 }
 
 /// Checks a shard's report for trouble that must end the OSD.

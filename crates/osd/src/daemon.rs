@@ -26,6 +26,7 @@ use pontoon_types::{Epoch, OsdId};
 use crate::control::{self, Exit, MapSource, ShardSet};
 use crate::deadline::LeaseDeadline;
 use crate::map::ShardMap;
+use crate::metrics::{SCRAPE_SHARD_TIMEOUT, ShardMetrics, add_osd_metrics};
 use crate::peers::NetPeers;
 use crate::shard::{PgStatus, Shard, ShardReport};
 use crate::view::shard_map;
@@ -55,6 +56,9 @@ pub struct OsdConfig {
     pub cluster: String,
     /// Liveness lease time-to-live.
     pub lease_ttl: Duration,
+    /// Where `/metrics` listens (port 0: a free port); `None`: no metrics
+    /// and no per-I/O counting.
+    pub metrics: Option<SocketAddr>,
 }
 
 /// Why the OSD could not start or stopped.
@@ -89,6 +93,7 @@ enum Cmd {
 
 struct ShardThread {
     addr: SocketAddr,
+    metrics: Arc<ShardMetrics>,
     tx: mpsc::UnboundedSender<Cmd>,
     deadline: Arc<LeaseDeadline>,
     thread: JoinHandle<()>,
@@ -110,6 +115,7 @@ pub fn run(cfg: OsdConfig, stop: Arc<AtomicBool>) -> Result<OsdId, OsdError> {
     }
     let addrs: Vec<SocketAddr> = shards.iter().map(|s| s.addr).collect();
     let set = EtcdShards {
+        metrics: shards.iter().map(|s| s.metrics.clone()).collect(),
         txs: shards.iter().map(|s| s.tx.clone()).collect(),
         deadlines: shards.iter().map(|s| s.deadline.clone()).collect(),
     };
@@ -190,6 +196,11 @@ fn start_shard(cfg: &OsdConfig, index: u32, slices: u32) -> Result<ShardThread, 
     let listen = cfg.listen;
     let deadline = LeaseDeadline::fenced(Instant::now());
     let shard_deadline = deadline.clone();
+    let metrics = match cfg.metrics {
+        Some(_) => ShardMetrics::new(),
+        None => ShardMetrics::disabled(),
+    };
+    let shard_metrics = metrics.clone();
     let thread = std::thread::Builder::new()
         .name(format!("shard-{index}"))
         .spawn(move || {
@@ -231,13 +242,14 @@ fn start_shard(cfg: &OsdConfig, index: u32, slices: u32) -> Result<ShardThread, 
                         Some(_) => {}
                     }
                 };
-                let shard = Shard::new(
+                let shard = Shard::with_metrics(
                     me,
                     index,
                     slices,
                     store.clone(),
                     NetPeers::new(me),
                     shard_deadline,
+                    shard_metrics,
                 );
                 let server = compio::runtime::spawn(pontoon_net::serve(
                     listener,
@@ -272,6 +284,7 @@ fn start_shard(cfg: &OsdConfig, index: u32, slices: u32) -> Result<ShardThread, 
         .map_err(|_| format!("shard {index} did not start"))??;
     Ok(ShardThread {
         addr,
+        metrics,
         tx,
         deadline,
         thread,
@@ -315,6 +328,7 @@ async fn control(
         )));
     }
     tracing::info!(osd = %me, ?addrs, "registered");
+    let metrics = start_metrics(cfg, &store, me, device_bytes, shards).await;
     for s in &shards.txs {
         let _ = s.unbounded_send(Cmd::Start(me));
     }
@@ -337,6 +351,9 @@ async fn control(
         stop.load(Ordering::Relaxed)
     })
     .await;
+    if let Some(m) = metrics {
+        m.stop().await;
+    }
     match exit {
         Exit::Stopped => Ok(me),
         Exit::Failed(why) => {
@@ -416,6 +433,8 @@ impl MapSource for EtcdSource {
 /// The daemon's [`ShardSet`]: shard threads reached by channel, their
 /// deadlines written directly.
 struct EtcdShards {
+    /// Each shard's counters, for `/metrics`.
+    metrics: Vec<Arc<ShardMetrics>>,
     txs: Vec<mpsc::UnboundedSender<Cmd>>,
     deadlines: Vec<Arc<LeaseDeadline>>,
 }
@@ -507,5 +526,86 @@ fn pg_state(s: &str) -> Option<PgState> {
         s if s.contains("degraded") => PgState::Degraded,
         s if s.starts_with("active") => PgState::Active,
         _ => return None,
+    })
+}
+
+/// The OSD's `/metrics` listener (a task on the control runtime) and its
+/// entry in the daemon registry.
+struct OsdMetrics {
+    server: tokio::task::JoinHandle<()>,
+    registration: Option<pontoon_cluster::daemons::DaemonRegistration>,
+}
+
+impl OsdMetrics {
+    async fn stop(mut self) {
+        if let Some(r) = self.registration.take() {
+            r.stop().await;
+        }
+        self.server.abort();
+    }
+}
+
+/// Serves the OSD's metrics on `cfg.metrics` and registers the OSD in the
+/// daemon registry (with that address). A listener that cannot be bound
+/// or a registry that cannot be written is logged, not fatal.
+async fn start_metrics(
+    cfg: &OsdConfig,
+    store: &MapStore,
+    me: OsdId,
+    device_bytes: u64,
+    shards: &EtcdShards,
+) -> Option<OsdMetrics> {
+    use pontoon_cluster::daemons::{DaemonRecord, kind};
+    let addr = cfg.metrics?;
+    let listener = match pontoon_metrics::server::bind(addr).await {
+        Ok(l) => l,
+        Err(e) => {
+            tracing::warn!(osd = %me, "cannot listen for /metrics on {addr}: {e}");
+            return None;
+        }
+    };
+    let local = listener.local_addr().ok()?;
+    let txs = shards.txs.clone();
+    let counters = shards.metrics.clone();
+    let render = pontoon_metrics::render_fn(move || {
+        let (txs, counters) = (txs.clone(), counters.clone());
+        async move {
+            let mut reports = Vec::with_capacity(txs.len());
+            for s in &txs {
+                let (tx, rx) = oneshot::channel();
+                if s.unbounded_send(Cmd::Report(tx)).is_ok()
+                    && let Ok(Ok(r)) = tokio::time::timeout(SCRAPE_SHARD_TIMEOUT, rx).await
+                {
+                    reports.push(r);
+                }
+            }
+            let mut e = pontoon_metrics::Exposition::new();
+            add_osd_metrics(&mut e, me, device_bytes, &reports, &counters);
+            pontoon_metrics::process::add_process_metrics(&mut e);
+            e.render()
+        }
+    });
+    let server = tokio::spawn(async move {
+        if let Err(e) = pontoon_metrics::serve(listener, render).await {
+            tracing::warn!("metrics listener: {e}");
+        }
+    });
+    tracing::info!(osd = %me, "metrics on http://{local}/metrics");
+    let record = DaemonRecord::new(
+        kind::OSD,
+        &me.0.to_string(),
+        &cfg.host,
+        Some(local.to_string()),
+    );
+    let registration = match store.register_daemon(record).await {
+        Ok(r) => Some(r),
+        Err(e) => {
+            tracing::warn!(osd = %me, "cannot register in the daemon registry: {e}");
+            None
+        }
+    };
+    Some(OsdMetrics {
+        server,
+        registration,
     })
 }

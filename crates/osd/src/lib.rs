@@ -24,6 +24,7 @@ pub mod heartbeat;
 pub mod life;
 pub mod locks;
 pub mod map;
+pub mod metrics;
 pub mod peering;
 pub mod peers;
 pub mod pg;

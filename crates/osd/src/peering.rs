@@ -381,6 +381,8 @@ impl<D: BlockDevice + 'static, P: Peers> Shard<D, P> {
             async move { (o, self.member_call(o, pg, msg, Some(data)).await) }
         });
         let results = join_all(pushes).await;
+        let pushed = results.iter().filter(|(_, r)| r.is_ok()).count()
+            + usize::from(m.stale.contains(&self.me));
         let mut left = Vec::new();
         let mut failures = Vec::new();
         for (o, r) in results {
@@ -389,6 +391,10 @@ impl<D: BlockDevice + 'static, P: Peers> Shard<D, P> {
                 failures.push(format!("{o}: {why}"));
             }
         }
+        self.metrics.recovery(
+            u64::from(left.is_empty()),
+            (pushed * data.len()) as u64,
+        );
         let mut pgs = self.pgs.borrow_mut();
         if let Some(p) = pgs.get_mut(&pg).filter(|p| p.generation == generation) {
             if left.is_empty() {

@@ -334,6 +334,8 @@ impl<D: BlockDevice + 'static, P: Peers> Shard<D, P> {
                 }
             }
             repaired += u64::from(fixed);
+            self.metrics
+                .scrubbed(!matches!(verdict, Verdict::Consistent), fixed);
             self.with_scrub(pg, |s| {
                 s.progress = Some((i as u64 + 1, s.progress.map_or(0, |p| p.1)))
             });

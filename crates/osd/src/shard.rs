@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use pontoon_buf::AlignedBuf;
 use pontoon_net::{Frame, Handler};
+use pontoon_metrics::Op;
 use pontoon_proto::{Message, Reply, Role, Status};
 use pontoon_store::{BlockDevice, Store, StoreError, StoreStats, VolumeUsage};
 use pontoon_types::{Epoch, OsdId, PgId, VolumeId};
@@ -19,6 +20,7 @@ use crate::deadline::LeaseDeadline;
 use crate::heartbeat::Heartbeats;
 use crate::locks::{InFlight, ObjectLocks};
 use crate::map::ShardMap;
+use crate::metrics::ShardMetrics;
 use crate::peers::Peers;
 use crate::pg::{Pg, Phase};
 use crate::reclaim::{Reclaim, ReclaimProgress};
@@ -55,6 +57,8 @@ pub struct Shard<D: BlockDevice, P: Peers> {
     pub(crate) scrub: ScrubBook,
     /// Deliberately broken replication, for the simulator's self-test.
     pub(crate) broken_ack: Cell<bool>,
+    /// What the shard counts for the OSD's metrics (this thread writes them).
+    pub(crate) metrics: Arc<ShardMetrics>,
 }
 
 /// One PG's state for reports.
@@ -107,6 +111,27 @@ impl<D: BlockDevice + 'static, P: Peers> Shard<D, P> {
         peers: P,
         deadline: Arc<LeaseDeadline>,
     ) -> Rc<Self> {
+        Self::with_metrics(
+            me,
+            index,
+            shards,
+            store,
+            peers,
+            deadline,
+            ShardMetrics::disabled(),
+        )
+    }
+
+    /// Like [`Shard::new`], counting into `metrics` (see [`crate::metrics`]).
+    pub fn with_metrics(
+        me: OsdId,
+        index: u32,
+        shards: u32,
+        store: Store<D>,
+        peers: P,
+        deadline: Arc<LeaseDeadline>,
+        metrics: Arc<ShardMetrics>,
+    ) -> Rc<Self> {
         Rc::new(Self {
             me,
             index,
@@ -124,6 +149,7 @@ impl<D: BlockDevice + 'static, P: Peers> Shard<D, P> {
             reclaim: Reclaim::default(),
             scrub: ScrubBook::default(),
             broken_ack: Cell::new(false),
+            metrics,
         })
     }
 
@@ -278,14 +304,33 @@ impl<D: BlockDevice + 'static, P: Peers> Handler for Shard<D, P> {
             );
         }
         match (frame.msg, peer) {
-            (Message::Read(r), _) => self.client_read(r).await,
+            (Message::Read(r), _) => {
+                let (t0, len) = (self.metrics.begin(), u64::from(r.len));
+                let answer = self.client_read(r).await;
+                self.metrics.end(t0, Op::Read, len, &answer.0);
+                answer
+            }
             (Message::Write(w), _) => match frame.data {
-                Some(data) => self.client_write(w, data).await,
+                Some(data) => {
+                    let (t0, len) = (self.metrics.begin(), data.len() as u64);
+                    let answer = self.client_write(w, data).await;
+                    self.metrics.end(t0, Op::Write, len, &answer.0);
+                    answer
+                }
                 None => error(Status::InvalidArgument, Epoch(0), "write without data"),
             },
-            (Message::Discard(d), _) => self.client_discard(d).await,
+            (Message::Discard(d), _) => {
+                let (t0, len) = (self.metrics.begin(), d.len);
+                let answer = self.client_discard(d).await;
+                self.metrics.end(t0, Op::Discard, len, &answer.0);
+                answer
+            }
             (Message::Allocation(t), _) => self.client_allocation(t).await,
-            (Message::SubOp(op), Role::Osd(from)) => self.replica_subop(from, op, frame.data).await,
+            (Message::SubOp(op), Role::Osd(from)) => {
+                self.metrics
+                    .subop(frame.data.as_ref().map_or(0, |d| d.len() as u64));
+                self.replica_subop(from, op, frame.data).await
+            }
             (Message::PeerQuery(q), Role::Osd(from)) => self.answer_peer_query(from, q).await,
             (Message::Pull(t), Role::Osd(_)) => self.answer_pull(t).await,
             (Message::Digest(q), Role::Osd(_)) => self.answer_digest(q).await,

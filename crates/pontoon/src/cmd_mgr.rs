@@ -27,6 +27,15 @@ pub struct MgrArgs {
     /// This manager's name in the election (default: host-pid).
     #[arg(long, value_name = "NAME")]
     name: Option<String>,
+    /// Where to serve Prometheus metrics (`GET /metrics`): IP:PORT (port 0
+    /// for a free one) or `off`. The active manager adds the cluster-wide
+    /// series.
+    #[arg(long, value_name = "ADDR|off", default_value = "127.0.0.1:0")]
+    metrics: String,
+    /// Where to serve the REST API (and the dashboard): IP:PORT, port 0
+    /// for a free one. Standby managers serve it too.
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:0")]
+    http: std::net::SocketAddr,
 }
 
 /// Runs `pontoon mgr` until SIGINT/SIGTERM.
@@ -39,12 +48,30 @@ pub fn run(args: MgrArgs) -> Result<()> {
     if name.is_empty() || name.len() > pontoon_cluster::MAX_NAME_LEN {
         bail!("--name must be 1-{} bytes", pontoon_cluster::MAX_NAME_LEN);
     }
+    let metrics_addr = crate::daemon_metrics::parse_flag(&args.metrics)?;
     let stop = stop_flag()?;
+    let host = local_host_name();
+    let _metrics = metrics_addr
+        .map(|addr| {
+            let me = name.clone();
+            crate::daemon_metrics::DaemonMetrics::start(
+                &endpoints,
+                &args.cluster_name,
+                pontoon_cluster::daemons::kind::MGR,
+                &name,
+                &host,
+                addr,
+                move |store| pontoon_mgr::metrics::render_fn(store, me),
+            )
+        })
+        .transpose()?;
     crate::runtime()?.block_on(async move {
         let store = MapStore::connect(&endpoints, &args.cluster_name).await?;
         let mut cfg = MgrConfig::new(name);
         cfg.out_after = out_after;
         let (tx, rx) = tokio::sync::watch::channel(false);
+        let http = pontoon_mgr::http::start(args.http, store.clone(), &cfg.name, rx.clone()).await?;
+        tracing::info!("REST API at http://{}/api/v1/ (`pontoon api token` prints the token)", http.addr);
         let mut task = tokio::spawn(pontoon_mgr::run(store, cfg, rx));
         loop {
             tokio::select! {

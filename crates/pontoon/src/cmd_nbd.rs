@@ -27,6 +27,10 @@ pub struct NbdArgs {
     /// read-modify-write; with more, clients must send aligned requests.
     #[arg(long, default_value_t = 1)]
     pub workers: usize,
+    /// Where to serve Prometheus metrics (`GET /metrics`): IP:PORT (port 0
+    /// for a free one) or `off`.
+    #[arg(long, value_name = "ADDR|off", default_value = "127.0.0.1:0")]
+    pub metrics: String,
 }
 
 /// Runs the gateway until SIGINT or SIGTERM.
@@ -35,6 +39,9 @@ pub fn run(args: NbdArgs) -> Result<()> {
     let feed = MapFeed::connect(&target.endpoints, &target.name)
         .with_context(|| format!("loading the map of cluster {:?}", target.name))?;
     let factory_feed = feed.clone();
+    let metrics_addr = crate::daemon_metrics::parse_flag(&args.metrics)?;
+    let counters = pontoon_metrics::GatewayMetrics::new(pontoon_cluster::daemons::kind::NBD);
+    let catalog_counters = counters.clone();
     let config = ServerConfig {
         listen: args.listen,
         workers: args.workers.max(1),
@@ -46,7 +53,12 @@ pub fn run(args: NbdArgs) -> Result<()> {
     };
     let server = start(
         config,
-        Arc::new(move || ClusterCatalog::new(Client::new(factory_feed.clone()))),
+        Arc::new(move || {
+            pontoon_metrics::MeteredCatalog::new(
+                ClusterCatalog::new(Client::new(factory_feed.clone())),
+                catalog_counters.clone(),
+            )
+        }),
     )
     .with_context(|| format!("starting the NBD server on {}", args.listen))?;
     println!(
@@ -54,6 +66,23 @@ pub fn run(args: NbdArgs) -> Result<()> {
         target.name,
         server.local_addr()
     );
+    let host = crate::cmd_osd::local_host_name();
+    let metrics = metrics_addr
+        .map(|addr| {
+            crate::daemon_metrics::DaemonMetrics::start(
+                &target.endpoints,
+                &target.name,
+                pontoon_cluster::daemons::kind::NBD,
+                &crate::daemon_metrics::gateway_name(&host),
+                &host,
+                addr,
+                move |_| crate::daemon_metrics::gateway_render(counters, "nbd"),
+            )
+        })
+        .transpose()?;
+    if let Some(m) = &metrics {
+        println!("nbd: metrics on http://{}/metrics", m.addr());
+    }
     let stop = Arc::new(AtomicBool::new(false));
     for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
         signal_hook::flag::register(sig, stop.clone()).context("installing signal handlers")?;
@@ -61,6 +90,7 @@ pub fn run(args: NbdArgs) -> Result<()> {
     while !stop.load(Ordering::Relaxed) {
         std::thread::sleep(Duration::from_millis(100));
     }
+    drop(metrics);
     server.stop().context("stopping the NBD server")?;
     feed.shutdown();
     Ok(())

@@ -63,6 +63,10 @@ pub struct GatewayArgs {
     /// (for tests and closed networks).
     #[arg(long)]
     pub allow_any_host: bool,
+    /// Where to serve Prometheus metrics (`GET /metrics`): IP:PORT (port 0
+    /// for a free one) or `off`.
+    #[arg(long, value_name = "ADDR|off", default_value = "127.0.0.1:0")]
+    pub metrics: String,
 }
 
 #[derive(Subcommand, Debug)]
@@ -372,10 +376,18 @@ fn run_gateway(cluster: &ClusterArgs, args: &GatewayArgs) -> Result<()> {
         ..Default::default()
     };
     let factory_feed = feed.clone();
+    let metrics_addr = crate::daemon_metrics::parse_flag(&args.metrics)?;
+    let counters = pontoon_metrics::GatewayMetrics::new(pontoon_cluster::daemons::kind::NVMF);
+    let catalog_counters = counters.clone();
     let server = match pontoon_nvmf::start(
         config,
         subsystems.clone(),
-        Arc::new(move || ClusterCatalog::new(Client::new(factory_feed.clone()))),
+        Arc::new(move || {
+            pontoon_metrics::MeteredCatalog::new(
+                ClusterCatalog::new(Client::new(factory_feed.clone())),
+                catalog_counters.clone(),
+            )
+        }),
     ) {
         Ok(s) => s,
         Err(e) => {
@@ -398,6 +410,31 @@ fn run_gateway(cluster: &ClusterArgs, args: &GatewayArgs) -> Result<()> {
         }
     );
     warn_closed(&served, args.allow_any_host);
+    let host = crate::cmd_osd::local_host_name();
+    let metrics = match metrics_addr
+        .map(|addr| {
+            crate::daemon_metrics::DaemonMetrics::start(
+                &target.endpoints,
+                &target.name,
+                pontoon_cluster::daemons::kind::NVMF,
+                &crate::daemon_metrics::gateway_name(&host),
+                &host,
+                addr,
+                move |_| crate::daemon_metrics::gateway_render(counters, "nvmf"),
+            )
+        })
+        .transpose()
+    {
+        Ok(m) => m,
+        Err(e) => {
+            let _ = server.stop();
+            feed.shutdown();
+            return Err(e);
+        }
+    };
+    if let Some(m) = &metrics {
+        println!("nvmf: metrics on http://{}/metrics", m.addr());
+    }
     let mut seen_epoch = feed.epoch();
     while !stop.load(Ordering::Relaxed) {
         let map = feed.wait_newer(seen_epoch, STOP_CHECK);
@@ -417,6 +454,7 @@ fn run_gateway(cluster: &ClusterArgs, args: &GatewayArgs) -> Result<()> {
             warn_closed(&served, args.allow_any_host);
         }
     }
+    drop(metrics);
     let stopped = server.stop();
     feed.shutdown();
     stopped.map_err(|e| anyhow!("stopping the NVMe/TCP target: {e}"))

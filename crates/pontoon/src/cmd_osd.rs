@@ -68,11 +68,7 @@ pub struct RatioArgs {
 }
 
 fn parse_osd_id(s: &str) -> Result<OsdId, String> {
-    s.strip_prefix("osd.")
-        .unwrap_or(s)
-        .parse()
-        .map(OsdId)
-        .map_err(|_| format!("{s:?} is not an OSD id (a number, or osd.N)"))
+    pontoon_mgr::listings::parse_osd_id(s)
 }
 
 /// Which full ratio a command sets.
@@ -144,6 +140,11 @@ pub struct OsdRunArgs {
     /// second) never fences the OSD.
     #[arg(long, value_name = "DURATION", default_value = "7s")]
     lease_ttl: String,
+    /// Where to serve Prometheus metrics (`GET /metrics`): IP:PORT, port 0
+    /// for a free one (the daemon registry and `pontoon status --json`
+    /// show it), or `off` (no listener, no per-I/O counting).
+    #[arg(long, value_name = "ADDR|off", default_value = "127.0.0.1:0")]
+    metrics: String,
 }
 
 /// Arguments of `pontoon osd start`.
@@ -240,6 +241,8 @@ fn osd_run(a: OsdRunArgs) -> Result<()> {
         etcd: split_endpoints(&a.etcd)?,
         cluster: a.cluster_name,
         lease_ttl,
+        metrics: pontoon_metrics::parse_metrics_addr(&a.metrics)
+            .map_err(|e| anyhow!("--metrics: {e}"))?,
     };
     let stop = stop_flag()?;
     let id = run_daemon(cfg, stop)?;
@@ -271,6 +274,8 @@ pub fn osd_run_args(file: &ClusterFile, layout: &Layout, id: u32) -> Vec<String>
         file.host.clone(),
         "--lease-ttl".into(),
         format_duration(file.lease_ttl),
+        "--metrics".into(),
+        std::net::SocketAddr::new(file.listen, 0).to_string(),
     ]
 }
 

@@ -3,14 +3,13 @@
 
 use std::time::Duration;
 
-use anyhow::{Result, bail};
+use anyhow::{Result, anyhow, bail};
 use clap::{Args, Subcommand};
-use pontoon_cluster::{ClusterMap, MapStore, OsdReport, PgScrubReport};
+use pontoon_cluster::MapStore;
+use pontoon_mgr::listings::pg_views;
 use pontoon_types::PgId;
-use serde::Serialize;
 
 use crate::cluster_args::{ClusterArgs, format_duration, parse_duration};
-use crate::cmd_status::PrimaryReports;
 
 /// `pontoon pg ...`.
 #[derive(Args, Debug)]
@@ -51,58 +50,9 @@ enum PgCmd {
     },
 }
 
-/// One PG as `pg ls --json` prints it.
-#[derive(Serialize, Debug)]
-pub struct PgView {
-    /// `pool.index` (index in hex).
-    pub pgid: String,
-    /// Pool name.
-    pub pool: String,
-    /// State from its primary, or `unknown`.
-    pub state: String,
-    /// Acting set, primary first.
-    pub acting: Vec<u32>,
-    /// Objects, from the primary.
-    pub objects: u64,
-    /// Scrub stamps and findings, from the primary.
-    pub scrub: PgScrubReport,
-    /// Why it is incomplete or waits.
-    pub note: Option<String>,
-}
-
 /// Parses `1.1f` (pool id, dot, PG index in hex).
 pub fn parse_pgid(s: &str) -> Result<PgId> {
-    let parsed = s
-        .split_once('.')
-        .and_then(|(p, i)| Some(PgId::new(p.parse().ok()?, u32::from_str_radix(i, 16).ok()?)));
-    match parsed {
-        Some(pg) => Ok(pg),
-        None => bail!("{s:?} is not a PG id (pool id, a dot, the index in hex: e.g. 1.1f)"),
-    }
-}
-
-/// Every PG (of `pool`, if given) with what its primary reports.
-pub fn pg_views(map: &ClusterMap, reports: &[OsdReport], pool: Option<&str>) -> Vec<PgView> {
-    let primaries = PrimaryReports::new(reports);
-    map.pgs
-        .values()
-        .filter_map(|rec| {
-            let pool_name = map.pools.get(&rec.pg.pool)?.name.clone();
-            if pool.is_some_and(|p| p != pool_name) {
-                return None;
-            }
-            let (report, state) = primaries.of(rec);
-            Some(PgView {
-                pgid: rec.pg.to_string(),
-                pool: pool_name,
-                state: state.to_string(),
-                acting: rec.acting.iter().map(|o| o.0).collect(),
-                objects: report.map_or(0, |r| r.objects),
-                scrub: report.map(|r| r.scrub.clone()).unwrap_or_default(),
-                note: report.and_then(|r| r.note.clone()),
-            })
-        })
-        .collect()
+    pontoon_mgr::listings::parse_pgid(s).map_err(|e| anyhow!(e))
 }
 
 fn stamp(unix: Option<u64>) -> String {
@@ -196,18 +146,4 @@ pub async fn request(store: &MapStore, pool: &str, pgs: &[u32], deep: bool) -> R
         ),
     }
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn pg_ids_are_pool_dot_hex_index() {
-        assert_eq!(parse_pgid("1.1f").unwrap(), PgId::new(1, 31));
-        assert_eq!(parse_pgid("1.1f").unwrap().to_string(), "1.1f");
-        for bad in ["1", "x.1", "1.g", "", "1.-1"] {
-            assert!(parse_pgid(bad).is_err(), "{bad}");
-        }
-    }
 }

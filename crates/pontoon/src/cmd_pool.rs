@@ -1,16 +1,12 @@
 //! `pontoon pool create|ls|rm|scrub|deep-scrub`.
 
-use std::collections::BTreeSet;
-
 use anyhow::{Result, anyhow, bail};
 use clap::{Args, Subcommand};
-use pontoon_cluster::{ClusterMap, FailureDomain, PoolRecord};
-use serde::Serialize;
+use pontoon_cluster::FailureDomain;
+use pontoon_mgr::admin::{self, DEFAULT_PGS, PoolSpec};
+use pontoon_mgr::listings::{PoolView, pool_views};
 
 use crate::cluster_args::ClusterArgs;
-
-/// Default PG count of a new pool.
-pub const DEFAULT_PGS: u32 = 64;
 
 /// `pontoon pool ...`.
 #[derive(Args, Debug)]
@@ -65,35 +61,6 @@ enum PoolCmd {
     },
 }
 
-/// A pool as `pool ls --json` prints it.
-#[derive(Serialize)]
-struct PoolView {
-    id: u32,
-    name: String,
-    size: u32,
-    min_size: u32,
-    pgs: u32,
-    failure_domain: String,
-    volumes: usize,
-}
-
-fn view(map: &ClusterMap, p: &PoolRecord) -> PoolView {
-    PoolView {
-        id: p.id.0,
-        name: p.name.clone(),
-        size: p.size,
-        min_size: p.min_size,
-        pgs: p.pgs,
-        failure_domain: p.failure_domain.to_string(),
-        volumes: map.volumes.values().filter(|v| v.pool == p.id).count(),
-    }
-}
-
-/// The default min_size of a pool of `size` replicas: a majority.
-pub fn default_min_size(size: u32) -> u32 {
-    (size / 2 + 1).min(size)
-}
-
 /// Runs `pontoon pool ...`.
 pub fn run(args: PoolArgs) -> Result<()> {
     crate::runtime()?.block_on(async move {
@@ -106,33 +73,25 @@ pub fn run(args: PoolArgs) -> Result<()> {
                 pgs,
                 failure_domain,
             } => {
-                let min_size = min_size.unwrap_or_else(|| default_min_size(size));
-                if min_size > size {
+                if let Some(min_size) = min_size
+                    && min_size > size
+                {
                     bail!("--min-size {min_size} is larger than --size {size}");
                 }
-                let domain = match failure_domain {
-                    Some(d) => d.parse::<FailureDomain>().map_err(|e| anyhow!(e))?,
-                    None => {
-                        let map = store.load().await?;
-                        let hosts: BTreeSet<&str> = map
-                            .osds
-                            .values()
-                            .filter(|o| o.in_cluster)
-                            .map(|o| o.host.as_str())
-                            .collect();
-                        if hosts.len() >= size as usize {
-                            FailureDomain::Host
-                        } else {
-                            eprintln!(
-                                "note: {} host(s) for {size} replicas: replicas go on distinct OSDs \
-                                 (pass --failure-domain host to require distinct hosts)",
-                                hosts.len()
-                            );
-                            FailureDomain::Osd
-                        }
-                    }
+                let failure_domain = failure_domain
+                    .map(|d| d.parse::<FailureDomain>().map_err(|e| anyhow!(e)))
+                    .transpose()?;
+                let spec = PoolSpec {
+                    name,
+                    size,
+                    min_size,
+                    pgs: Some(pgs),
+                    failure_domain,
                 };
-                let p = store.create_pool(&name, size, min_size, pgs, domain).await?;
+                let (p, note) = admin::create_pool(&store, spec).await?;
+                if let Some(note) = note {
+                    eprintln!("note: {note}");
+                }
                 println!(
                     "pool {} created: {} replica{} (writes need {}), {} PGs, failure domain {}",
                     p.name,
@@ -145,7 +104,7 @@ pub fn run(args: PoolArgs) -> Result<()> {
             }
             PoolCmd::Ls { json } => {
                 let map = store.load().await?;
-                let pools: Vec<PoolView> = map.pools.values().map(|p| view(&map, p)).collect();
+                let pools: Vec<PoolView> = pool_views(&map);
                 if json {
                     println!("{}", serde_json::to_string_pretty(&pools)?);
                 } else if pools.is_empty() {
@@ -172,18 +131,4 @@ pub fn run(args: PoolArgs) -> Result<()> {
         }
         Ok(())
     })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn min_size_defaults_to_a_majority() {
-        assert_eq!(default_min_size(1), 1);
-        assert_eq!(default_min_size(2), 2);
-        assert_eq!(default_min_size(3), 2);
-        assert_eq!(default_min_size(4), 3);
-        assert_eq!(default_min_size(5), 3);
-    }
 }

@@ -87,6 +87,11 @@ pub struct UpArgs {
     /// e.g. 127.0.0.1:4420.
     #[arg(long, value_name = "ADDR")]
     nvmf: Option<SocketAddr>,
+    /// Address of the manager's HTTP server (REST API, dashboard), e.g.
+    /// 127.0.0.1:8080 (default: last run's if free, else a free port on
+    /// 127.0.0.1). Written to cluster.toml as `http`, with the API token.
+    #[arg(long, value_name = "ADDR")]
+    http: Option<SocketAddr>,
 }
 
 /// Runs `pontoon up`.
@@ -129,6 +134,8 @@ pub fn run(args: UpArgs) -> Result<()> {
         etcd: None,
         osds: BTreeMap::new(),
         mgr: None,
+        mgr_metrics: None,
+        http: args.http,
         gateways: [
             args.nbd.map(|a| Gateway::new(GatewayKind::Nbd, a)),
             args.nvmf.map(|a| Gateway::new(GatewayKind::Nvmf, a)),
@@ -218,6 +225,8 @@ fn settings(args: &UpArgs, prev: Option<&ClusterFile>) -> Result<ClusterFile> {
             .unwrap_or(IpAddr::from([127, 0, 0, 1])),
         host: prev.map_or_else(local_host_name, |p| p.host.clone()),
         pid: std::process::id(),
+        http: prev.and_then(|p| p.http.clone()),
+        api_token: None,
     })
 }
 
@@ -230,6 +239,10 @@ struct Cluster {
     /// osd start` is not a child; it is found through its pid file).
     osds: BTreeMap<u32, Child>,
     mgr: Option<(watch::Sender<bool>, JoinHandle<()>)>,
+    /// The manager's `/metrics` listener and daemon-registry entry.
+    mgr_metrics: Option<crate::daemon_metrics::DaemonMetrics>,
+    /// The manager's HTTP address asked for with `--http`.
+    http: Option<SocketAddr>,
     /// The gateways asked for (NBD, NVMe/TCP), started after the manager.
     gateways: Vec<Gateway>,
 }
@@ -316,6 +329,8 @@ impl Gateway {
             file.etcd.clone(),
             "--cluster-name".into(),
             file.cluster_name.clone(),
+            "--metrics".into(),
+            SocketAddr::new(file.listen, 0).to_string(),
         ];
         let child = procs::spawn(exe, &args, &log, Attach::Child)?;
         procs::write_pid(&self.pid_file(layout), child.id())?;
@@ -394,8 +409,24 @@ impl Cluster {
         let mut mgr_cfg = MgrConfig::new(pontoon_mgr::default_name(&self.file.host));
         mgr_cfg.out_after = self.file.out_after;
         let (tx, rx) = watch::channel(false);
+        let mgr_name = mgr_cfg.name.clone();
+        let http_stop = rx.clone();
         let task = tokio::spawn(pontoon_mgr::run(store.clone(), mgr_cfg, rx));
         self.mgr = Some((tx, task));
+        let server = start_http(self.http, self.file.http.as_deref(), &store, &mgr_name, http_stop)
+            .await?;
+        self.file.http = Some(format!("http://{}", server.addr));
+        self.file.api_token = Some(server.token);
+        let me = mgr_name.clone();
+        self.mgr_metrics = Some(crate::daemon_metrics::DaemonMetrics::start(
+            &split_endpoints(&self.file.etcd)?,
+            &self.file.cluster_name,
+            pontoon_cluster::daemons::kind::MGR,
+            &mgr_name,
+            &self.file.host,
+            SocketAddr::new(self.file.listen, 0),
+            move |store| pontoon_mgr::metrics::render_fn(store, me),
+        )?);
         for gw in &mut self.gateways {
             gw.start(&exe, &self.layout, &self.file, stop).await?;
         }
@@ -541,6 +572,9 @@ impl Cluster {
             std::process::id()
         );
         println!("  etcd     {}", self.file.etcd);
+        if let Some(http) = &self.file.http {
+            println!("  http     {http}  (REST API at /api/v1/; token in cluster.toml)");
+        }
         for (id, child) in &self.osds {
             let addrs = map
                 .as_ref()
@@ -563,6 +597,22 @@ impl Cluster {
                     gw.kind.endpoint(gw.addr),
                     child.id()
                 );
+            }
+        }
+        // Every daemon's /metrics, from the daemon registry (the gateways
+        // register a moment after they listen).
+        let mut daemons = Vec::new();
+        let want = self.file.osds as usize + 1 + self.gateways.len();
+        for _ in 0..50 {
+            daemons = store.daemons().await.unwrap_or_default();
+            if daemons.len() >= want {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        for d in &daemons {
+            if let Some(m) = &d.metrics {
+                println!("  metrics  {:<12} http://{m}/metrics", d.id());
             }
         }
         println!("  config   {dir}/cluster.toml");
@@ -625,6 +675,7 @@ impl Cluster {
         for gw in &mut self.gateways {
             gw.stop(&self.layout);
         }
+        self.mgr_metrics.take();
         if let Some((tx, task)) = self.mgr.take() {
             let _ = tx.send(true);
             if tokio::time::timeout(Duration::from_secs(10), task)
@@ -717,6 +768,32 @@ fn stop_foreign(pid: u32, device: &Path) {
         procs::signal(pid, libc::SIGKILL);
         procs::wait_gone(pid, Duration::from_secs(5));
     }
+}
+
+/// Starts the manager's HTTP server (REST API, dashboard) on `asked`, else
+/// on the address of the last run (`previous`, `http://ADDR`) when it is
+/// free, else on a free port of 127.0.0.1.
+async fn start_http(
+    asked: Option<SocketAddr>,
+    previous: Option<&str>,
+    store: &MapStore,
+    name: &str,
+    stop: watch::Receiver<bool>,
+) -> Result<pontoon_mgr::http::Server> {
+    use pontoon_mgr::http::start;
+    if let Some(addr) = asked {
+        return Ok(start(addr, store.clone(), name, stop).await?);
+    }
+    let last = previous
+        .and_then(|u| u.strip_prefix("http://"))
+        .and_then(|a| a.parse::<SocketAddr>().ok());
+    if let Some(addr) = last
+        && let Ok(server) = start(addr, store.clone(), name, stop.clone()).await
+    {
+        return Ok(server);
+    }
+    let any = SocketAddr::from(([127, 0, 0, 1], 0));
+    Ok(start(any, store.clone(), name, stop).await?)
 }
 
 /// Finds etcd: `$PONTOON_ETCD_BIN`, `/usr/bin/etcd`, then `$PATH`.

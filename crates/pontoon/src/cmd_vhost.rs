@@ -36,6 +36,10 @@ pub struct VhostArgs {
     /// read-only disk).
     #[arg(long)]
     pub read_only: bool,
+    /// Where to serve Prometheus metrics (`GET /metrics`): IP:PORT (port 0
+    /// for a free one) or `off`.
+    #[arg(long, value_name = "ADDR|off", default_value = "127.0.0.1:0")]
+    pub metrics: String,
 }
 
 /// Runs the backends until SIGINT or SIGTERM.
@@ -48,16 +52,25 @@ pub fn run(args: VhostArgs) -> Result<()> {
         );
     }
     let target = args.cluster.resolve()?;
+    let metrics_addr = crate::daemon_metrics::parse_flag(&args.metrics)?;
+    let counters = pontoon_metrics::GatewayMetrics::new(pontoon_cluster::daemons::kind::VHOST);
     let feed = MapFeed::connect(&target.endpoints, &target.name)
         .with_context(|| format!("loading the map of cluster {:?}", target.name))?;
     let mut exports = Vec::new();
     for (socket, volume) in args.socket.iter().zip(&args.volume) {
         let f = feed.clone();
         let name = volume.clone();
-        let factory: pontoon_vhost::VolumeFactory<pontoon_client::Volume> = Arc::new(move || {
-            Client::new(f.clone())
+        let volume_counters = counters.clone();
+        let factory: pontoon_vhost::VolumeFactory<
+            pontoon_metrics::MeteredVolume<pontoon_client::Volume>,
+        > = Arc::new(move || {
+            let v = Client::new(f.clone())
                 .open(&name)
-                .map_err(VolumeError::from)
+                .map_err(VolumeError::from)?;
+            Ok(pontoon_metrics::MeteredVolume::new(
+                v,
+                volume_counters.register(&name),
+            ))
         });
         let config = ExportConfig {
             socket: socket.clone(),
@@ -76,6 +89,23 @@ pub fn run(args: VhostArgs) -> Result<()> {
         );
         exports.push(export);
     }
+    let host = crate::cmd_osd::local_host_name();
+    let metrics = metrics_addr
+        .map(|addr| {
+            crate::daemon_metrics::DaemonMetrics::start(
+                &target.endpoints,
+                &target.name,
+                pontoon_cluster::daemons::kind::VHOST,
+                &crate::daemon_metrics::gateway_name(&host),
+                &host,
+                addr,
+                move |_| crate::daemon_metrics::gateway_render(counters, "vhost"),
+            )
+        })
+        .transpose()?;
+    if let Some(m) = &metrics {
+        println!("vhost: metrics on http://{}/metrics", m.addr());
+    }
     let stop = Arc::new(AtomicBool::new(false));
     for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
         signal_hook::flag::register(sig, stop.clone()).context("installing signal handlers")?;
@@ -83,6 +113,7 @@ pub fn run(args: VhostArgs) -> Result<()> {
     while !stop.load(Ordering::Relaxed) {
         std::thread::sleep(Duration::from_millis(100));
     }
+    drop(metrics);
     drop(exports);
     feed.shutdown();
     Ok(())

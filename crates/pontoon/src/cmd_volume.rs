@@ -2,10 +2,10 @@
 
 use anyhow::{Result, bail};
 use clap::{Args, Subcommand};
-use pontoon_cluster::space::{SpaceReport, space_report};
-use pontoon_cluster::{ClusterMap, VolumeRecord};
+use pontoon_cluster::space::space_report;
+use pontoon_mgr::admin;
+use pontoon_mgr::listings::{VolumeView, volume_view, volume_views};
 use pontoon_types::format_size;
-use serde::Serialize;
 
 use crate::cluster_args::{ClusterArgs, parse_size_arg};
 
@@ -60,57 +60,6 @@ enum VolumeCmd {
     },
 }
 
-/// A volume as the JSON listings print it.
-#[derive(Serialize)]
-struct VolumeView {
-    id: u64,
-    name: String,
-    pool: String,
-    size_bytes: u64,
-    size: String,
-    object_size: u64,
-    /// Objects covering the volume's size (not how many exist).
-    max_objects: u64,
-    /// Logical bytes allocated (see `pontoon du`), when reports are in.
-    used_bytes: Option<u64>,
-}
-
-fn view(map: &ClusterMap, v: &VolumeRecord, space: &SpaceReport) -> VolumeView {
-    VolumeView {
-        id: v.id.0,
-        name: v.name.clone(),
-        pool: map
-            .pools
-            .get(&v.pool)
-            .map_or_else(|| v.pool.to_string(), |p| p.name.clone()),
-        size_bytes: v.size_bytes,
-        size: format_size(v.size_bytes),
-        object_size: v.object_size,
-        max_objects: v.object_count(),
-        used_bytes: space
-            .volumes
-            .iter()
-            .find(|u| u.id == v.id.0)
-            .map(|u| u.used_bytes),
-    }
-}
-
-/// The pool a new volume goes to: the one named, else the only one.
-fn choose_pool(map: &ClusterMap, pool: Option<String>) -> Result<String> {
-    if let Some(p) = pool {
-        return Ok(p);
-    }
-    let mut pools = map.pools.values();
-    match (pools.next(), pools.next()) {
-        (Some(only), None) => Ok(only.name.clone()),
-        (None, _) => bail!("there is no pool: create one with `pontoon pool create`"),
-        (Some(_), Some(_)) => bail!(
-            "there are {} pools: pass --pool to choose one",
-            map.pools.len()
-        ),
-    }
-}
-
 /// Runs `pontoon volume ...`.
 pub fn run(args: VolumeArgs) -> Result<()> {
     // Sizes are checked before connecting: a typo fails fast.
@@ -124,9 +73,8 @@ pub fn run(args: VolumeArgs) -> Result<()> {
         match args.cmd {
             VolumeCmd::Create { name, pool, .. } => {
                 let size = size.unwrap_or_default();
-                let map = store.load().await?;
-                let pool = choose_pool(&map, pool)?;
-                let v = store.create_volume(&name, &pool, size).await?;
+                let (v, pool) =
+                    admin::create_volume(&store, &name, size, pool.as_deref(), "--pool").await?;
                 println!(
                     "volume {} created: {} in pool {pool}",
                     v.name,
@@ -136,11 +84,7 @@ pub fn run(args: VolumeArgs) -> Result<()> {
             VolumeCmd::Ls { json } => {
                 let map = store.load().await?;
                 let space = space_report(&map, &store.reports().await?);
-                let vols: Vec<VolumeView> = map
-                    .volumes
-                    .values()
-                    .map(|v| view(&map, v, &space))
-                    .collect();
+                let vols: Vec<VolumeView> = volume_views(&map, &space);
                 if json {
                     println!("{}", serde_json::to_string_pretty(&vols)?);
                 } else if vols.is_empty() {
@@ -165,7 +109,7 @@ pub fn run(args: VolumeArgs) -> Result<()> {
                     bail!("volume {name} not found");
                 };
                 let space = space_report(&map, &store.reports().await?);
-                let v = view(&map, v, &space);
+                let v = volume_view(&map, v, &space);
                 if json {
                     println!("{}", serde_json::to_string_pretty(&v)?);
                 } else {
@@ -181,18 +125,7 @@ pub fn run(args: VolumeArgs) -> Result<()> {
             }
             VolumeCmd::Resize { name, .. } => {
                 let size = size.unwrap_or_default();
-                let map = store.load().await?;
-                let Some(cur) = map.volume_by_name(&name) else {
-                    bail!("volume {name} not found");
-                };
-                if size < cur.size_bytes {
-                    bail!(
-                        "volume {name} is {}: shrinking it to {} would discard data and is refused",
-                        format_size(cur.size_bytes),
-                        format_size(size)
-                    );
-                }
-                let v = store.resize_volume(&name, size, false).await?;
+                let v = admin::resize_volume(&store, &name, size).await?;
                 println!("volume {} is now {}", v.name, format_size(v.size_bytes));
             }
             VolumeCmd::Rm { name } => {
@@ -202,39 +135,4 @@ pub fn run(args: VolumeArgs) -> Result<()> {
         }
         Ok(())
     })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use pontoon_cluster::{FailureDomain, PoolRecord};
-    use pontoon_types::PoolId;
-
-    fn pool(id: u32, name: &str) -> PoolRecord {
-        PoolRecord {
-            id: PoolId(id),
-            name: name.into(),
-            size: 3,
-            min_size: 2,
-            pgs: 8,
-            failure_domain: FailureDomain::Osd,
-        }
-    }
-
-    #[test]
-    fn the_only_pool_is_the_default_and_otherwise_pool_must_be_given() {
-        let mut m = ClusterMap::new("c");
-        assert!(
-            choose_pool(&m, None)
-                .unwrap_err()
-                .to_string()
-                .contains("no pool")
-        );
-        m.pools.insert(PoolId(1), pool(1, "a"));
-        assert_eq!(choose_pool(&m, None).unwrap(), "a");
-        m.pools.insert(PoolId(2), pool(2, "b"));
-        let e = choose_pool(&m, None).unwrap_err().to_string();
-        assert!(e.contains("pass --pool"), "{e}");
-        assert_eq!(choose_pool(&m, Some("b".into())).unwrap(), "b");
-    }
 }

@@ -7,9 +7,11 @@
 //! usage errors exit 2).
 
 mod cluster_args;
+mod cmd_api;
 mod cmd_bench;
 mod cmd_demo;
 mod cmd_df;
+mod cmd_health;
 mod cmd_mgr;
 mod cmd_nbd;
 mod cmd_nvmf;
@@ -21,6 +23,7 @@ mod cmd_up;
 mod cmd_vhost;
 mod cmd_volume;
 mod cpu;
+mod daemon_metrics;
 mod fio;
 mod load;
 mod nvmf_bench;
@@ -49,6 +52,8 @@ enum Command {
     Osd(cmd_osd::OsdArgs),
     /// Run the manager (leader-elected) in the foreground.
     Mgr(cmd_mgr::MgrArgs),
+    /// The manager's REST API: print its token.
+    Api(cmd_api::ApiArgs),
     /// Create, list, remove and scrub pools.
     Pool(cmd_pool::PoolArgs),
     /// List PGs and scrub them on request.
@@ -57,6 +62,8 @@ enum Command {
     Volume(cmd_volume::VolumeArgs),
     /// Show the cluster's OSDs, PG states and recovery.
     Status(cmd_status::StatusArgs),
+    /// Cluster health: HEALTH_OK / HEALTH_WARN / HEALTH_ERR and why.
+    Health(cmd_health::HealthArgs),
     /// Show raw storage, each OSD's and each pool's space (like `ceph df`).
     Df(cmd_df::DfArgs),
     /// Show each volume's provisioned and used space (like `rbd du`).
@@ -106,10 +113,12 @@ fn main() {
         Command::Up(a) => cmd_up::run(a),
         Command::Osd(a) => cmd_osd::run(a),
         Command::Mgr(a) => cmd_mgr::run(a),
+        Command::Api(a) => cmd_api::run(a),
         Command::Pool(a) => cmd_pool::run(a),
         Command::Pg(a) => cmd_pg::run(a),
         Command::Volume(a) => cmd_volume::run(a),
         Command::Status(a) => cmd_status::run(a),
+        Command::Health(a) => cmd_health::run(a),
         Command::Df(a) => cmd_df::run_df(a),
         Command::Du(a) => cmd_df::run_du(a),
         Command::Nbd(a) => cmd_nbd::run(a),

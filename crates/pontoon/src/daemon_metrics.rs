@@ -1,0 +1,171 @@
+//! `/metrics` and the daemon registry for the CLI's daemons (the manager,
+//! the gateways `pontoon nbd`, `pontoon nvmf`, `pontoon vhost`): a small
+//! thread with a one-thread tokio runtime of its own, off the daemon's
+//! data path (compio), that serves `GET /metrics` on `--metrics ADDR` and
+//! keeps the daemon's entry in `daemons/<kind>.<name>` alive.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, Result, anyhow};
+use pontoon_cluster::MapStore;
+use pontoon_cluster::daemons::DaemonRecord;
+use pontoon_metrics::{Exposition, GatewayMetrics, Render};
+use tokio::sync::oneshot;
+
+/// How long start-up (etcd, bind, registration) may take.
+const START: Duration = Duration::from_secs(20);
+
+/// A running `/metrics` listener and registry entry. Dropping it stops
+/// both (the registry entry is revoked).
+pub struct DaemonMetrics {
+    addr: SocketAddr,
+    stop: Option<oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl DaemonMetrics {
+    /// Connects to the cluster at `endpoints`/`cluster`, serves what
+    /// `render` (given that connection) produces on `addr`, and registers
+    /// `kind.name` with the listening address.
+    pub fn start(
+        endpoints: &[String],
+        cluster: &str,
+        kind: &str,
+        name: &str,
+        host: &str,
+        addr: SocketAddr,
+        render: impl FnOnce(MapStore) -> Render + Send + 'static,
+    ) -> Result<Self> {
+        let (endpoints, cluster) = (endpoints.to_vec(), cluster.to_string());
+        let (kind, name, host) = (kind.to_string(), name.to_string(), host.to_string());
+        let (ready_tx, ready_rx) = std::sync::mpsc::channel::<Result<SocketAddr, String>>();
+        let (stop_tx, stop_rx) = oneshot::channel::<()>();
+        let thread = std::thread::Builder::new()
+            .name("metrics".into())
+            .spawn(move || {
+                let rt = match tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                {
+                    Ok(rt) => rt,
+                    Err(e) => {
+                        let _ = ready_tx.send(Err(format!("runtime: {e}")));
+                        return;
+                    }
+                };
+                rt.block_on(async move {
+                    let store = match MapStore::connect(&endpoints, &cluster).await {
+                        Ok(s) => s,
+                        Err(e) => {
+                            let _ = ready_tx.send(Err(e.to_string()));
+                            return;
+                        }
+                    };
+                    let listener = match pontoon_metrics::server::bind(addr).await {
+                        Ok(l) => l,
+                        Err(e) => {
+                            let _ = ready_tx.send(Err(format!("cannot listen on {addr}: {e}")));
+                            return;
+                        }
+                    };
+                    let local = match listener.local_addr() {
+                        Ok(a) => a,
+                        Err(e) => {
+                            let _ = ready_tx.send(Err(e.to_string()));
+                            return;
+                        }
+                    };
+                    let record = DaemonRecord::new(&kind, &name, &host, Some(local.to_string()));
+                    let registration = match store.register_daemon(record).await {
+                        Ok(r) => Some(r),
+                        Err(e) => {
+                            tracing::warn!("cannot register {kind}.{name} in the daemon registry: {e}");
+                            None
+                        }
+                    };
+                    let router = pontoon_metrics::server::router(render(store));
+                    let _ = ready_tx.send(Ok(local));
+                    let served = axum::serve(listener, router)
+                        .with_graceful_shutdown(async move {
+                            let _ = stop_rx.await;
+                        })
+                        .await;
+                    if let Err(e) = served {
+                        tracing::warn!("metrics listener: {e}");
+                    }
+                    if let Some(r) = registration {
+                        r.stop().await;
+                    }
+                });
+            })
+            .context("starting the metrics thread")?;
+        let addr = ready_rx
+            .recv_timeout(START)
+            .map_err(|_| anyhow!("the metrics listener did not start within {START:?}"))?
+            .map_err(|e| anyhow!("metrics: {e}"))?;
+        tracing::info!("metrics on http://{addr}/metrics");
+        Ok(Self {
+            addr,
+            stop: Some(stop_tx),
+            thread: Some(thread),
+        })
+    }
+
+    /// The address `/metrics` listens on.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+}
+
+impl Drop for DaemonMetrics {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// What a gateway shows: its requests per volume and operation, its
+/// connections (NBD and NVMe/TCP), and its process.
+pub fn gateway_render(metrics: Arc<GatewayMetrics>, kind: &'static str) -> Render {
+    pontoon_metrics::render_fn(move || {
+        let metrics = metrics.clone();
+        async move {
+            let mut e = Exposition::new();
+            metrics.add_to(&mut e);
+            if kind != pontoon_cluster::daemons::kind::VHOST {
+                use std::sync::atomic::Ordering::Relaxed;
+                let l = pontoon_metrics::labels(&[("gateway", kind)]);
+                e.counter(
+                    "pontoon_gateway_connections_total",
+                    "Connections the gateway accepted.",
+                    l.clone(),
+                    pontoon_net::listener::CONNECTIONS_ACCEPTED.load(Relaxed),
+                );
+                e.gauge_u64(
+                    "pontoon_gateway_connections",
+                    "Connections the gateway is serving now.",
+                    l,
+                    pontoon_net::listener::CONNECTIONS_OPEN.load(Relaxed),
+                );
+            }
+            pontoon_metrics::process::add_process_metrics(&mut e);
+            e.render()
+        }
+    })
+}
+
+/// The `--metrics` value parsed (`off`: `None`).
+pub fn parse_flag(s: &str) -> Result<Option<SocketAddr>> {
+    pontoon_metrics::parse_metrics_addr(s).map_err(|e| anyhow!("--metrics: {e}"))
+}
+
+/// A gateway's name in the registry: `<host>-<pid>`.
+pub fn gateway_name(host: &str) -> String {
+    format!("{host}-{}", std::process::id())
+}
