@@ -6,7 +6,7 @@ want=(protobuf-compiler libprotobuf-dev etcd-server fio)
 case "${1:-test}" in
   build) want=(protobuf-compiler libprotobuf-dev) ;;
   demo) want+=(qemu-utils libnbd-bin) ;;
-  test) want+=(qemu-utils libnbd-bin nbdkit qemu-system-x86 linux-image-amd64 busybox-static cpio gcc libc6-dev iproute2 nftables) ;;
+  test) want+=(qemu-utils libnbd-bin nbdkit qemu-system-x86 linux-image-amd64 busybox-static cpio gcc libc6-dev iproute2 nftables prometheus chromium) ;;
   *) echo "usage: $0 [build|demo|test]" >&2; exit 2 ;;
 esac
 missing=()

@@ -289,6 +289,18 @@ static int fio_pontoon_init(struct thread_data *td)
 	if (connect_ctx(td, &pd->ctx))
 		return 1;
 	pd->owner = pthread_self();
+#ifdef PONTOON_DEFAULT_MAX_IN_FLIGHT
+	/* room for every io_u fio may have in flight (iodepth), never -EAGAIN */
+	if (depth > PONTOON_DEFAULT_MAX_IN_FLIGHT) {
+		int r = pontoon_set_max_in_flight(pd->ctx, depth);
+
+		if (r < 0) {
+			log_err("fio: pontoon: iodepth=%u: %s\n", depth, last_error(r));
+			td_vmsg(td, -r, last_error(r), "pontoon_set_max_in_flight");
+			return 1;
+		}
+	}
+#endif
 	return 0;
 }
 

@@ -184,13 +184,12 @@ impl MapStore {
     ) -> Result<i64, ClusterError> {
         let lease = match lease {
             Some(l) => l,
-            None => {
-                self.run("grant a daemon lease", |mut c| async move {
+            None => self
+                .run("grant a daemon lease", |mut c| async move {
                     c.lease_grant(DAEMON_TTL_SECS, None).await
                 })
                 .await?
-                .id()
-            }
+                .id(),
         };
         let value = serde_json::to_vec(record).map_err(|e| ClusterError::Corrupt {
             key: key.to_string(),
@@ -312,10 +311,9 @@ async fn keep_registered(
     if let Some(id) = lease {
         let _ = timeout(
             OP_TIMEOUT,
-            store.run(
-                "revoke a daemon lease",
-                |mut c| async move { c.lease_revoke(id).await },
-            ),
+            store.run("revoke a daemon lease", |mut c| async move {
+                c.lease_revoke(id).await
+            }),
         )
         .await;
     }

@@ -117,16 +117,15 @@ impl MapStore {
     ) -> Result<Vec<(String, Vec<u8>)>, ClusterError> {
         let prefix = self.key(&format!("{HISTORY}{tier}/"));
         let end = range_end(&prefix);
-        let mut start = self.key(&format!("{HISTORY}{tier}/{from:012}")).into_bytes();
+        let mut start = self
+            .key(&format!("{HISTORY}{tier}/{from:012}"))
+            .into_bytes();
         let mut out = Vec::new();
         loop {
             let opts = GetOptions::new()
                 .with_range(end.clone())
                 .with_limit(PAGE)
-                .with_sort(
-                    etcd_client::SortTarget::Key,
-                    etcd_client::SortOrder::Ascend,
-                );
+                .with_sort(etcd_client::SortTarget::Key, etcd_client::SortOrder::Ascend);
             let key = start.clone();
             let resp = self
                 .run("read the capacity history", |c| {
@@ -198,9 +197,7 @@ impl MapStore {
         for batch in ops.chunks(OPS_PER_TXN) {
             let resp = self
                 .run("write the capacity history", |c| {
-                    let txn = Txn::new()
-                        .when([fence.clone()])
-                        .and_then(batch.to_vec());
+                    let txn = Txn::new().when([fence.clone()]).and_then(batch.to_vec());
                     async move { c.kv_client().txn(txn).await }
                 })
                 .await?;

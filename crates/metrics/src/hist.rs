@@ -147,13 +147,7 @@ pub enum Op {
 
 impl Op {
     /// Every operation, in label order.
-    pub const ALL: [Op; 5] = [
-        Op::Read,
-        Op::Write,
-        Op::Discard,
-        Op::Flush,
-        Op::WriteZeroes,
-    ];
+    pub const ALL: [Op; 5] = [Op::Read, Op::Write, Op::Discard, Op::Flush, Op::WriteZeroes];
 
     /// The label value.
     pub fn as_str(self) -> &'static str {
@@ -281,9 +275,12 @@ mod tests {
         sum.merge(&w);
         sum.merge(&w);
         assert_eq!((sum.ops, sum.latency.count), (4, 4));
-        assert_eq!(s.snapshot(Op::Read), OpSnapshot {
-            latency: LatencyHistogram::default().snapshot(),
-            ..Default::default()
-        });
+        assert_eq!(
+            s.snapshot(Op::Read),
+            OpSnapshot {
+                latency: LatencyHistogram::default().snapshot(),
+                ..Default::default()
+            }
+        );
     }
 }

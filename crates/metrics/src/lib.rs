@@ -210,11 +210,23 @@ mod tests {
             4,
         );
         let text = e.render();
-        assert!(text.contains("# TYPE pontoon_test_ops_total counter\n"), "{text}");
-        assert!(text.contains("pontoon_test_ops_total{op=\"read\"} 3\n"), "{text}");
-        assert!(text.contains("pontoon_test_ops_total{op=\"write\"} 4\n"), "{text}");
+        assert!(
+            text.contains("# TYPE pontoon_test_ops_total counter\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("pontoon_test_ops_total{op=\"read\"} 3\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("pontoon_test_ops_total{op=\"write\"} 4\n"),
+            "{text}"
+        );
         assert!(text.contains("pontoon_test_ratio 0.5\n"), "{text}");
-        assert!(text.contains("# TYPE pontoon_test_latency_seconds histogram"), "{text}");
+        assert!(
+            text.contains("# TYPE pontoon_test_latency_seconds histogram"),
+            "{text}"
+        );
         assert!(
             text.contains("pontoon_test_latency_seconds_bucket{op=\"read\",le=\"5e-05\"} 1\n"),
             "{text}"
@@ -223,7 +235,10 @@ mod tests {
             text.contains("pontoon_test_latency_seconds_bucket{op=\"read\",le=\"+Inf\"} 2\n"),
             "{text}"
         );
-        assert!(text.contains("pontoon_test_latency_seconds_count{op=\"read\"} 2\n"), "{text}");
+        assert!(
+            text.contains("pontoon_test_latency_seconds_count{op=\"read\"} 2\n"),
+            "{text}"
+        );
         // One HELP per family even when samples were added apart.
         assert_eq!(text.matches("# HELP pontoon_test_ops_total").count(), 1);
     }

@@ -26,18 +26,16 @@ where
     Arc::new(move || Box::pin(f()))
 }
 
-/// The routes: `GET /metrics` answers with `render`'s text; `GET /` says
-/// where the metrics are.
+/// The one route: `GET /metrics` answers with `render`'s text (merge it
+/// into a bigger router as it is).
 pub fn router(render: Render) -> Router {
-    Router::new()
-        .route(
-            "/metrics",
-            get(move || {
-                let render = render.clone();
-                async move { ([(CONTENT_TYPE, crate::CONTENT_TYPE)], render().await) }
-            }),
-        )
-        .route("/", get(|| async { "Pontoon daemon: metrics at /metrics\n" }))
+    Router::new().route(
+        "/metrics",
+        get(move || {
+            let render = render.clone();
+            async move { ([(CONTENT_TYPE, crate::CONTENT_TYPE)], render().await) }
+        }),
+    )
 }
 
 /// Binds `addr` (port 0: a free port) on the current tokio runtime.
@@ -74,11 +72,10 @@ impl MetricsServer {
             .name("metrics".into())
             .spawn(move || {
                 rt.block_on(async move {
-                    let server = axum::serve(listener, router(render)).with_graceful_shutdown(
-                        async move {
+                    let server =
+                        axum::serve(listener, router(render)).with_graceful_shutdown(async move {
                             let _ = stop_rx.await;
-                        },
-                    );
+                        });
                     if let Err(e) = server.await {
                         tracing::warn!("metrics listener: {e}");
                     }
@@ -148,7 +145,8 @@ mod tests {
         )
         .unwrap();
         let mut s = std::net::TcpStream::connect(server.local_addr()).unwrap();
-        s.write_all(b"GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n").unwrap();
+        s.write_all(b"GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n")
+            .unwrap();
         let mut body = String::new();
         s.read_to_string(&mut body).unwrap();
         assert!(body.starts_with("HTTP/1.0 200"), "{body}");

@@ -206,7 +206,12 @@ impl<V: BlockVolume> BlockVolume for MeteredVolume<V> {
         r
     }
 
-    async fn write_zeroes(&self, offset: u64, len: u64, may_unmap: bool) -> Result<(), VolumeError> {
+    async fn write_zeroes(
+        &self,
+        offset: u64,
+        len: u64,
+        may_unmap: bool,
+    ) -> Result<(), VolumeError> {
         let t0 = Instant::now();
         let r = self.inner.write_zeroes(offset, len, may_unmap).await;
         self.done(Op::WriteZeroes, len, t0, &r);

@@ -4,7 +4,9 @@
 
 use std::collections::BTreeSet;
 
-use pontoon_cluster::{ClusterError, ClusterMap, FailureDomain, MapStore, PoolRecord, VolumeRecord};
+use pontoon_cluster::{
+    ClusterError, ClusterMap, FailureDomain, MapStore, PoolRecord, VolumeRecord,
+};
 use pontoon_types::format_size;
 
 /// Default PG count of a new pool.

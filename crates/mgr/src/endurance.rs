@@ -180,9 +180,7 @@ pub fn osd_endurance(
     };
     let days = w.secs as f64 / 86_400.0;
     let per_day = (days > 0.0).then(|| w.device_bytes as f64 / days);
-    let cap = rated
-        .and_then(|r| r.capacity_bytes)
-        .unwrap_or(device_bytes);
+    let cap = rated.and_then(|r| r.capacity_bytes).unwrap_or(device_bytes);
     let ring = report.map_or(0, |r| r.journal_bytes);
     let write_buffer = WriteBuffer {
         separate_device: io.journal_separate,
@@ -194,7 +192,9 @@ pub fn osd_endurance(
     };
     let nvme = io.nvme.as_ref().map(|n| NvmeEndurance {
         device: n.device.clone(),
-        lifetime_written_bytes: n.data_units_written.map(|u| u.saturating_mul(NVME_DATA_UNIT)),
+        lifetime_written_bytes: n
+            .data_units_written
+            .map(|u| u.saturating_mul(NVME_DATA_UNIT)),
         percentage_used: n.percentage_used,
         error: n.error.clone(),
     });
@@ -205,9 +205,7 @@ pub fn osd_endurance(
             None => (w.device_bytes, "history"),
         };
         let left = rated_bytes.saturating_sub(written) as f64;
-        let years_left = per_day
-            .filter(|d| *d > 0.0)
-            .map(|d| left / d / YEAR_DAYS);
+        let years_left = per_day.filter(|d| *d > 0.0).map(|d| left / d / YEAR_DAYS);
         RatedProjection {
             rated_dwpd: r.rated_dwpd,
             capacity_bytes: cap,
@@ -234,7 +232,11 @@ pub fn osd_endurance(
         dwpd: per_day.filter(|_| cap > 0).map(|d| d / cap as f64),
         dwpd_capacity_bytes: cap,
         write_buffer,
-        device_kind: if io.nvme.is_some() { "nvme" } else { "not NVMe" },
+        device_kind: if io.nvme.is_some() {
+            "nvme"
+        } else {
+            "not NVMe"
+        },
         nvme,
         rated,
     }
@@ -312,7 +314,14 @@ mod tests {
             capacity_bytes: None,
             warranty_years: 5.0,
         };
-        let e = osd_endurance(0, &series(), Some(&report(None)), 1000 * GIB, Some(&rated), now);
+        let e = osd_endurance(
+            0,
+            &series(),
+            Some(&report(None)),
+            1000 * GIB,
+            Some(&rated),
+            now,
+        );
         let r = e.rated.unwrap();
         assert_eq!(r.written_basis, "history");
         // 1 DWPD on 1000 GiB for 5 years, used at 250 GiB a day: 20 years
@@ -329,7 +338,14 @@ mod tests {
             percentage_used: Some(3),
             error: None,
         };
-        let e = osd_endurance(0, &series(), Some(&report(Some(nvme))), 1000 * GIB, Some(&rated), now);
+        let e = osd_endurance(
+            0,
+            &series(),
+            Some(&report(Some(nvme))),
+            1000 * GIB,
+            Some(&rated),
+            now,
+        );
         assert_eq!(e.device_kind, "nvme");
         let r = e.rated.unwrap();
         assert_eq!(r.written_basis, "nvme smart");
@@ -341,7 +357,14 @@ mod tests {
         let mut r = report(None);
         r.io.written_bytes = 10 * GIB;
         r.io.device_written_bytes = 30 * GIB;
-        let e = osd_endurance(0, &Series::of(SeriesId::Osd(0)), Some(&r), 100 * GIB, None, T0 + 86_400);
+        let e = osd_endurance(
+            0,
+            &Series::of(SeriesId::Osd(0)),
+            Some(&r),
+            100 * GIB,
+            None,
+            T0 + 86_400,
+        );
         assert_eq!(e.basis, "counters since the OSD started");
         assert!(close(e.write_amplification.unwrap(), 3.0));
         assert!(close(e.dwpd.unwrap(), 0.3));

@@ -267,7 +267,12 @@ pub fn trend(points: &[(u64, f64)], p: &Params) -> Option<Trend> {
 
 /// When `room` bytes are used up at `rate` bytes/day and its range.
 pub fn eta(room: f64, t: &Trend) -> Eta {
-    eta_at(room, t.rate_per_day, t.rate_low_per_day, t.rate_high_per_day)
+    eta_at(
+        room,
+        t.rate_per_day,
+        t.rate_low_per_day,
+        t.rate_high_per_day,
+    )
 }
 
 /// [`eta`] from the three rates (bytes per day).
@@ -346,7 +351,10 @@ pub const METHOD: &str = "Theil-Sen slope of used bytes over the last 14 days (o
 pub fn forecast(h: &History, pool_sizes: &BTreeMap<u32, u32>, p: &Params) -> Forecast {
     let c = h.merged(SeriesId::Cluster);
     let as_f = |s: &crate::history::Series, m: usize| -> Vec<(u64, f64)> {
-        s.column(m).into_iter().map(|(t, v)| (t, v as f64)).collect()
+        s.column(m)
+            .into_iter()
+            .map(|(t, v)| (t, v as f64))
+            .collect()
     };
     let cluster_trend = trend(&as_f(&c, cluster::USED), p);
     let cluster = cluster_trend.as_ref().and_then(|t| {
@@ -420,8 +428,10 @@ mod tests {
 
     /// A deterministic noise in [-1, 1].
     fn noise(i: u64) -> f64 {
-        let x = (i.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407) >> 33)
-            as f64;
+        let x = (i
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407)
+            >> 33) as f64;
         x / (1u64 << 31) as f64 * 2.0 - 1.0
     }
 
@@ -444,11 +454,16 @@ mod tests {
     fn growth_with_nightly_deletes_gives_the_net_rate() {
         // 1 GiB an hour, 12 GiB deleted every night: 12 GiB a day net,
         // where the gross rate is 24.
-        let pts = hourly(14, |h| 50.0 * GIB + h as f64 * GIB - 12.0 * GIB * (h / 24) as f64);
+        let pts = hourly(14, |h| {
+            50.0 * GIB + h as f64 * GIB - 12.0 * GIB * (h / 24) as f64
+        });
         let t = trend(&pts, &Params::default()).unwrap();
         assert!(close(t.rate_per_day, 12.0 * GIB, 0.10), "{t:?}");
         assert!(t.recurring_jumps >= 10, "{t:?}");
-        assert!(t.rate_low_per_day <= 12.0 * GIB && t.rate_high_per_day >= 12.0 * GIB, "{t:?}");
+        assert!(
+            t.rate_low_per_day <= 12.0 * GIB && t.rate_high_per_day >= 12.0 * GIB,
+            "{t:?}"
+        );
         // Deletes every three days (4 in the window) are recurring too.
         let pts = hourly(14, |h| h as f64 * GIB - 36.0 * GIB * (h / 72) as f64);
         let t = trend(&pts, &Params::default()).unwrap();
@@ -511,7 +526,11 @@ mod tests {
         // hourly points and then, for the last two days, minute points.
         let f = |t: u64| {
             let d = (t - T0) as f64 / 86_400.0;
-            if d < 46.0 { d * GIB } else { 46.0 * GIB + (d - 46.0) * 10.0 * GIB }
+            if d < 46.0 {
+                d * GIB
+            } else {
+                46.0 * GIB + (d - 46.0) * 10.0 * GIB
+            }
         };
         let mut pts: Vec<(u64, f64)> = (0..58 * 24).map(|h| (T0 + h * H, 0.0)).collect();
         pts.extend((0..2 * 1440).map(|m| (T0 + 58 * 86_400 + m * 60, 0.0)));

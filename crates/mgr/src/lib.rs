@@ -15,11 +15,12 @@
 
 #![warn(missing_docs)]
 
+pub mod dashboard;
 mod decide;
 pub mod endurance;
 pub mod forecast;
 pub mod history;
-mod sampler;
+pub mod sampler;
 pub mod health;
 pub mod admin;
 pub mod http;

@@ -7,8 +7,9 @@
 //! (as `pontoon df` and `pontoon du` compute it), PGs by state, objects
 //! degraded, missing and recovered, and the daemons registered.
 //!
-//! [`render`] is what a `/metrics` route calls; [`routes`] is that route
-//! as an axum router, to merge into the manager's HTTP server.
+//! [`render`] is what a `/metrics` route calls; [`router`] is that route
+//! as an axum router (`GET /metrics` only, no state, no token), to merge
+//! into the manager's HTTP server.
 
 use pontoon_cluster::MapStore;
 use pontoon_cluster::daemons::{DaemonRecord, kind, unix_ms};
@@ -19,7 +20,7 @@ use crate::health::Context;
 use crate::status::summarize_with;
 
 /// `GET /metrics` for the manager named `me`, as an axum router.
-pub fn routes(store: MapStore, me: String) -> axum::Router {
+pub fn router(store: MapStore, me: String) -> axum::Router {
     pontoon_metrics::server::router(render_fn(store, me))
 }
 
@@ -105,7 +106,11 @@ async fn add_cluster_metrics(
     // OSDs and raw capacity.
     let r = &space.raw;
     for (name, help, v) in [
-        ("pontoon_cluster_size_bytes", "Bytes of every OSD's device.", r.size_bytes),
+        (
+            "pontoon_cluster_size_bytes",
+            "Bytes of every OSD's device.",
+            r.size_bytes,
+        ),
         (
             "pontoon_cluster_avail_bytes",
             "Bytes still free for data over every OSD.",
@@ -287,7 +292,7 @@ async fn add_cluster_metrics(
         );
     }
     e.gauge_u64(
-        "pontoon_pgs_total",
+        "pontoon_cluster_pgs",
         "PGs of every pool.",
         labels(&[("cluster", cluster)]),
         status.pgs.total as u64,

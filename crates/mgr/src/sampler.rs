@@ -68,12 +68,21 @@ impl Sampler {
         }
         if self.pending.len() > MAX_PENDING {
             let drop = self.pending.len() - MAX_PENDING;
-            tracing::warn!(samples = drop, "capacity history: dropping writes etcd did not take");
+            tracing::warn!(
+                samples = drop,
+                "capacity history: dropping writes etcd did not take"
+            );
             self.pending.drain(..drop);
         }
         while let Some(w) = self.pending.first() {
-            store.history_write(leader.lease_id(), &w.puts, &w.expire).await?;
-            tracing::debug!(chunks = w.puts.len(), bytes = w.bytes(), "capacity history written");
+            store
+                .history_write(leader.lease_id(), &w.puts, &w.expire)
+                .await?;
+            tracing::debug!(
+                chunks = w.puts.len(),
+                bytes = w.bytes(),
+                "capacity history written"
+            );
             self.pending.remove(0);
         }
         Ok(())
@@ -106,4 +115,41 @@ impl Sampler {
         );
         Ok(())
     }
+}
+
+/// Loads the stored history from `since` (Unix seconds; 0 for all): the
+/// cluster's, pools' and OSDs' tiers, and the volumes' when `volumes`.
+/// Undecodable chunks are skipped with a warning. The sample interval is
+/// inferred from the fine points (the median time between them).
+pub async fn load_history(
+    store: &MapStore,
+    since: u64,
+    volumes: bool,
+) -> Result<history::History, ClusterError> {
+    let mut chunks = Vec::new();
+    for tier in TIERS {
+        if tier.volumes && !volumes {
+            continue;
+        }
+        // A chunk starting before `since` may hold points after it.
+        let from = since.saturating_sub(tier.bucket_secs(history::MAX_INTERVAL_SECS) * tier.chunk);
+        chunks.extend(store.history_chunks(tier.name, from).await?);
+    }
+    let (mut h, bad) = history::History::from_chunks(chunks, 0);
+    if bad > 0 {
+        tracing::warn!(chunks = bad, "capacity history: skipped undecodable chunks");
+    }
+    for series in h.tiers.values_mut() {
+        for s in series.values_mut() {
+            s.retain_from(since);
+        }
+    }
+    let mut gaps: Vec<u64> = h
+        .tier(history::FINE.name)
+        .and_then(|m| m.get(&history::SeriesId::Cluster))
+        .map(|s| s.times().windows(2).map(|w| w[1] - w[0]).collect())
+        .unwrap_or_default();
+    gaps.sort_unstable();
+    h.interval_secs = gaps.get(gaps.len() / 2).copied().unwrap_or(0);
+    Ok(h)
 }

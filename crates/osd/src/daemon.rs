@@ -346,6 +346,7 @@ async fn control(
         ttl,
         maps,
         lease: None,
+        wear: crate::wear::WearWatch::start(&cfg.device),
     };
     let exit = control::run(me, true, first, &mut source, shards, || {
         stop.load(Ordering::Relaxed)
@@ -375,6 +376,8 @@ struct EtcdSource {
     ttl: u64,
     maps: tokio::sync::watch::Receiver<Arc<ClusterMap>>,
     lease: Option<OsdLease>,
+    /// The device's NVMe wear, added to each report (none if not NVMe).
+    wear: crate::wear::WearWatch,
 }
 
 impl MapSource for EtcdSource {
@@ -419,6 +422,16 @@ impl MapSource for EtcdSource {
     }
 
     async fn put_report(&mut self, report: &OsdReport) -> Result<(), String> {
+        let with_wear;
+        let report = match self.wear.latest() {
+            Some(w) => {
+                let mut r = report.clone();
+                r.io.nvme = Some(w);
+                with_wear = r;
+                &with_wear
+            }
+            None => report,
+        };
         self.store
             .put_report(report)
             .await

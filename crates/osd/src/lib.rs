@@ -35,6 +35,7 @@ pub mod shard;
 #[doc(hidden)]
 pub mod testkit;
 pub mod view;
+pub mod wear;
 
 pub use deadline::LeaseDeadline;
 pub use map::{PastInterval, PgEntry, PoolParams, ShardMap, pg_for};

@@ -391,10 +391,8 @@ impl<D: BlockDevice + 'static, P: Peers> Shard<D, P> {
                 failures.push(format!("{o}: {why}"));
             }
         }
-        self.metrics.recovery(
-            u64::from(left.is_empty()),
-            (pushed * data.len()) as u64,
-        );
+        self.metrics
+            .recovery(u64::from(left.is_empty()), (pushed * data.len()) as u64);
         let mut pgs = self.pgs.borrow_mut();
         if let Some(p) = pgs.get_mut(&pg).filter(|p| p.generation == generation) {
             if left.is_empty() {

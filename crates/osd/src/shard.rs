@@ -7,8 +7,8 @@ use std::rc::Rc;
 use std::sync::Arc;
 
 use pontoon_buf::AlignedBuf;
-use pontoon_net::{Frame, Handler};
 use pontoon_metrics::Op;
+use pontoon_net::{Frame, Handler};
 use pontoon_proto::{Message, Reply, Role, Status};
 use pontoon_store::{BlockDevice, Store, StoreError, StoreStats, VolumeUsage};
 use pontoon_types::{Epoch, OsdId, PgId, VolumeId};

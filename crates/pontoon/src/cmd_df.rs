@@ -1,6 +1,8 @@
 //! `pontoon df` (raw storage, OSDs and pools, like `ceph df`) and
 //! `pontoon du` (provisioned and used per volume, like `rbd du`), from the
-//! map and the OSDs' reports (see `pontoon_cluster::space`).
+//! map and the OSDs' reports (see `pontoon_cluster::space`); `pontoon df
+//! --history` shows the capacity history the manager keeps and the
+//! forecast of when space runs out (`pontoon_mgr::history`, `forecast`).
 
 use anyhow::{Result, bail};
 use clap::Args;
@@ -17,6 +19,21 @@ pub struct DfArgs {
     /// Print JSON.
     #[arg(long)]
     json: bool,
+    /// Show the capacity history and the forecast instead.
+    #[arg(long)]
+    history: bool,
+    /// With --history: only this pool.
+    #[arg(long, value_name = "POOL", requires = "history")]
+    pool: Option<String>,
+    /// With --history: only points of the last DURATION (e.g. 1h, 7d).
+    #[arg(long, value_name = "DURATION", requires = "history")]
+    since: Option<String>,
+    /// With --history: also every OSD's series.
+    #[arg(long, requires = "history")]
+    osds: bool,
+    /// With --history: also every volume's series (hourly and daily).
+    #[arg(long, requires = "history")]
+    volumes: bool,
 }
 
 /// Arguments of `pontoon du`.
@@ -156,6 +173,16 @@ pub fn render_du(vols: &[VolumeUsage]) -> String {
 
 /// Runs `pontoon df`.
 pub fn run_df(args: DfArgs) -> Result<()> {
+    if args.history {
+        return crate::cmd_history::run(crate::cmd_history::HistoryOptions {
+            cluster: args.cluster,
+            json: args.json,
+            pool: args.pool,
+            since: args.since,
+            osds: args.osds,
+            volumes: args.volumes,
+        });
+    }
     crate::runtime()?.block_on(async move {
         let s = load_space(&args.cluster).await?;
         if args.json {

@@ -36,11 +36,16 @@ pub struct MgrArgs {
     /// for a free one. Standby managers serve it too.
     #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:0")]
     http: std::net::SocketAddr,
+    /// How often the active manager samples the capacity history (1s to
+    /// 10m; a short one is for tests).
+    #[arg(long, value_name = "DURATION", default_value = "60s")]
+    history_interval: String,
 }
 
 /// Runs `pontoon mgr` until SIGINT/SIGTERM.
 pub fn run(args: MgrArgs) -> Result<()> {
     let out_after = parse_duration(&args.out_after).map_err(|e| anyhow!("--out-after: {e}"))?;
+    let history_interval = crate::cmd_history::parse_interval(&args.history_interval)?;
     let endpoints = split_endpoints(&args.etcd)?;
     let name = args
         .name
@@ -69,6 +74,7 @@ pub fn run(args: MgrArgs) -> Result<()> {
         let store = MapStore::connect(&endpoints, &args.cluster_name).await?;
         let mut cfg = MgrConfig::new(name);
         cfg.out_after = out_after;
+        cfg.history_interval = history_interval;
         let (tx, rx) = tokio::sync::watch::channel(false);
         let http = pontoon_mgr::http::start(args.http, store.clone(), &cfg.name, rx.clone()).await?;
         tracing::info!("REST API at http://{}/api/v1/ (`pontoon api token` prints the token)", http.addr);

@@ -46,6 +46,11 @@ enum OsdCmd {
     /// Set the fill ratio at which writes needing new space are refused
     /// (default 0.95).
     SetFullRatio(RatioArgs),
+    /// Show each OSD's drive writes per day, write amplification, journal
+    /// share, NVMe SMART and projected wear-out.
+    Endurance(crate::cmd_endurance::EnduranceArgs),
+    /// Set the drive writes per day an OSD's device is rated for.
+    SetRatedDwpd(crate::cmd_endurance::RatedDwpdArgs),
 }
 
 /// An OSD to act on.
@@ -169,6 +174,8 @@ pub fn run(args: OsdArgs) -> Result<()> {
         OsdCmd::SetNearfullRatio(a) => set_ratio(Ratio::Nearfull, a),
         OsdCmd::SetBackfillfullRatio(a) => set_ratio(Ratio::Backfillfull, a),
         OsdCmd::SetFullRatio(a) => set_ratio(Ratio::Full, a),
+        OsdCmd::Endurance(a) => crate::cmd_endurance::run(a),
+        OsdCmd::SetRatedDwpd(a) => crate::cmd_endurance::set_rated(a),
     }
 }
 

@@ -92,6 +92,14 @@ pub struct UpArgs {
     /// 127.0.0.1). Written to cluster.toml as `http`, with the API token.
     #[arg(long, value_name = "ADDR")]
     http: Option<SocketAddr>,
+    /// How often the manager samples the capacity history (default 60s;
+    /// a short one is for tests).
+    #[arg(long, value_name = "DURATION")]
+    history_interval: Option<String>,
+    /// Rate every OSD's device for this many drive writes per day
+    /// (`pontoon osd set-rated-dwpd` sets one OSD).
+    #[arg(long, value_name = "DWPD")]
+    rated_dwpd: Option<f64>,
 }
 
 /// Runs `pontoon up`.
@@ -136,6 +144,10 @@ pub fn run(args: UpArgs) -> Result<()> {
         mgr: None,
         mgr_metrics: None,
         http: args.http,
+        history_interval: crate::cmd_history::parse_interval(
+            args.history_interval.as_deref().unwrap_or("60s"),
+        )?,
+        rated_dwpd: args.rated_dwpd,
         gateways: [
             args.nbd.map(|a| Gateway::new(GatewayKind::Nbd, a)),
             args.nvmf.map(|a| Gateway::new(GatewayKind::Nvmf, a)),
@@ -243,6 +255,10 @@ struct Cluster {
     mgr_metrics: Option<crate::daemon_metrics::DaemonMetrics>,
     /// The manager's HTTP address asked for with `--http`.
     http: Option<SocketAddr>,
+    /// The manager's capacity-history sample interval.
+    history_interval: Duration,
+    /// `--rated-dwpd`, set on every OSD at start.
+    rated_dwpd: Option<f64>,
     /// The gateways asked for (NBD, NVMe/TCP), started after the manager.
     gateways: Vec<Gateway>,
 }
@@ -408,6 +424,10 @@ impl Cluster {
         // then finds the acting sets it left, with no interval changes.
         let mut mgr_cfg = MgrConfig::new(pontoon_mgr::default_name(&self.file.host));
         mgr_cfg.out_after = self.file.out_after;
+        mgr_cfg.history_interval = self.history_interval;
+        if let Some(dwpd) = self.rated_dwpd {
+            crate::cmd_endurance::rate_all(&store, 0..self.file.osds, dwpd).await?;
+        }
         let (tx, rx) = watch::channel(false);
         let mgr_name = mgr_cfg.name.clone();
         let http_stop = rx.clone();
@@ -574,6 +594,9 @@ impl Cluster {
         println!("  etcd     {}", self.file.etcd);
         if let Some(http) = &self.file.http {
             println!("  http     {http}  (REST API at /api/v1/; token in cluster.toml)");
+            if let Some(token) = &self.file.api_token {
+                println!("  dashboard {http}/#token={token}");
+            }
         }
         for (id, child) in &self.osds {
             let addrs = map

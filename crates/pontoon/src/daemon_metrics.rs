@@ -81,7 +81,9 @@ impl DaemonMetrics {
                     let registration = match store.register_daemon(record).await {
                         Ok(r) => Some(r),
                         Err(e) => {
-                            tracing::warn!("cannot register {kind}.{name} in the daemon registry: {e}");
+                            tracing::warn!(
+                                "cannot register {kind}.{name} in the daemon registry: {e}"
+                            );
                             None
                         }
                     };

@@ -11,6 +11,8 @@ mod cmd_api;
 mod cmd_bench;
 mod cmd_demo;
 mod cmd_df;
+mod cmd_endurance;
+mod cmd_history;
 mod cmd_health;
 mod cmd_mgr;
 mod cmd_nbd;

@@ -7,9 +7,8 @@
 //! 0 with its summary line. With PONTOON_LONG=1 it also runs under
 //! valgrind's memcheck (errors and definite leaks fail it).
 //!
-//! libpontoon is built here with `cargo build -p pontoon-capi` in this
-//! test's own profile (a no-op when the workspace build made it), so the
-//! test never runs a stale library.
+//! The library is the one `cargo test --workspace` built (see
+//! [`library`]), or built here when the sources are newer.
 //!
 //! Needs etcd (Debian's etcd-server) and a C compiler; valgrind for the
 //! long mode.
@@ -19,7 +18,7 @@ mod common;
 use common::*;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use pontoon_testtools::run;
 
@@ -56,28 +55,135 @@ fn profile() -> (PathBuf, Vec<String>) {
     (dir, args)
 }
 
-/// Builds libpontoon; returns the directory holding libpontoon.so and
-/// include/pontoon.h.
-fn build_library() -> PathBuf {
+/// The crate directories libpontoon is built from: crates/capi and the
+/// workspace crates it depends on, directly or not (from the Cargo.toml
+/// files: `pontoon-x` dependencies, located through the workspace's
+/// `pontoon-x = { path = "crates/x" }` lines).
+fn library_crates() -> Vec<PathBuf> {
+    let root = repo();
+    let workspace = std::fs::read_to_string(root.join("Cargo.toml")).unwrap_or_default();
+    let path_of = |name: &str| -> Option<PathBuf> {
+        workspace.lines().find_map(|l| {
+            let (k, v) = l.split_once('=')?;
+            if k.trim() != name {
+                return None;
+            }
+            let rel = v.split("path").nth(1)?.split('"').nth(1)?;
+            Some(root.join(rel))
+        })
+    };
+    let mut todo = vec![root.join("crates/capi")];
+    let mut seen: Vec<PathBuf> = Vec::new();
+    while let Some(dir) = todo.pop() {
+        if seen.contains(&dir) {
+            continue;
+        }
+        let manifest = std::fs::read_to_string(dir.join("Cargo.toml")).unwrap_or_default();
+        let mut section = String::new();
+        for line in manifest.lines().map(str::trim) {
+            if line.starts_with('[') {
+                section = line.to_string();
+            } else if (section == "[dependencies]" || section == "[build-dependencies]")
+                && line.starts_with("pontoon-")
+                && let Some(name) = line.split(['=', '.']).next()
+                && let Some(p) = path_of(name.trim())
+            {
+                todo.push(p);
+            }
+        }
+        seen.push(dir);
+    }
+    seen
+}
+
+/// Newest modification time of libpontoon's sources (every file under
+/// its crates' directories, and Cargo.lock).
+fn newest_source() -> SystemTime {
+    fn walk(dir: &Path, newest: &mut SystemTime) {
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            return;
+        };
+        for e in entries.flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                walk(&p, newest);
+            } else if let Ok(t) = e.metadata().and_then(|m| m.modified()) {
+                *newest = (*newest).max(t);
+            }
+        }
+    }
+    let mut newest = modified(&repo().join("Cargo.lock")).unwrap_or(SystemTime::UNIX_EPOCH);
+    for dir in library_crates() {
+        walk(&dir.join("src"), &mut newest);
+        for f in ["Cargo.toml", "build.rs", "cbindgen.toml"] {
+            if let Some(t) = modified(&dir.join(f)) {
+                newest = newest.max(t);
+            }
+        }
+    }
+    newest
+}
+
+fn modified(p: &Path) -> Option<SystemTime> {
+    std::fs::metadata(p).and_then(|m| m.modified()).ok()
+}
+
+/// libpontoon.so and pontoon.h of the current sources, copied into
+/// `out/lib` and `out/lib/include`; returns `out/lib`.
+///
+/// `cargo test --workspace` (the suite) builds this crate's cdylib as
+/// target/<profile>/deps/libpontoon.so (it does not copy it up to
+/// target/<profile>/, as `cargo build` does) and build.rs writes the
+/// header to target/<profile>/include/. The newer of the two libraries is
+/// used when none of its sources changed after it was built;
+/// otherwise (a test run alone after an edit) `cargo build -p
+/// pontoon-capi` makes it. That build is not the default because its
+/// feature set differs from the workspace's: in the suite it would build
+/// a second copy of many dependencies.
+fn library(out: &Path) -> PathBuf {
     let (dir, args) = profile();
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let t0 = Instant::now();
-    run(
-        Command::new(cargo)
-            .arg("build")
-            .args(&args)
-            .args(["-p", "pontoon-capi"])
-            .current_dir(repo()),
-        BUILD_LIMIT,
-    )
-    .ok();
+    let newest = |cands: &[PathBuf]| {
+        cands
+            .iter()
+            .filter_map(|p| Some((modified(p)?, p.clone())))
+            .max()
+    };
+    let cands = [dir.join("deps/libpontoon.so"), dir.join("libpontoon.so")];
+    let so = match newest(&cands) {
+        Some((t, p)) if t >= newest_source() => p,
+        _ => {
+            let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+            run(
+                Command::new(cargo)
+                    .arg("build")
+                    .args(&args)
+                    .args(["-p", "pontoon-capi"])
+                    .current_dir(repo()),
+                BUILD_LIMIT,
+            )
+            .ok();
+            dir.join("libpontoon.so")
+        }
+    };
+    let header = dir.join("include/pontoon.h");
     assert!(
-        dir.join("libpontoon.so").is_file() && dir.join("include/pontoon.h").is_file(),
-        "cargo build -p pontoon-capi made no {}/libpontoon.so and include/pontoon.h",
-        dir.display()
+        so.is_file() && header.is_file(),
+        "no {} and {}",
+        so.display(),
+        header.display()
     );
-    eprintln!("libpontoon ready in {:?}", t0.elapsed());
-    dir
+    let lib = out.join("lib");
+    std::fs::create_dir_all(lib.join("include")).expect("mkdir lib/include");
+    std::fs::copy(&so, lib.join("libpontoon.so")).expect("copy libpontoon.so");
+    std::fs::copy(&header, lib.join("include/pontoon.h")).expect("copy pontoon.h");
+    eprintln!(
+        "libpontoon: {} (from {} crates; {:?})",
+        so.display(),
+        library_crates().len(),
+        t0.elapsed()
+    );
+    lib
 }
 
 /// Compiles the example (warnings are errors) into `out`.
@@ -171,12 +277,12 @@ fn run_example(
 
 #[test]
 fn c_example_passes_on_size_1_and_size_3_pools() {
-    let lib = build_library();
     let tmp = tempfile::Builder::new()
         .prefix("pontoon-capi-")
         .tempdir()
         .expect("tempdir");
     let dir = tmp.path().canonicalize().expect("canonical tempdir");
+    let lib = library(&dir);
     let exe = compile_example(&lib, &dir);
 
     let started = Instant::now();

@@ -63,7 +63,10 @@ impl Prometheus {
         let log = std::fs::File::create(dir.join("prometheus.log")).expect("prometheus log");
         let child = Command::new("prometheus")
             .arg(format!("--config.file={}", config_file.display()))
-            .arg(format!("--storage.tsdb.path={}", dir.join("tsdb").display()))
+            .arg(format!(
+                "--storage.tsdb.path={}",
+                dir.join("tsdb").display()
+            ))
             .arg(format!("--web.listen-address={addr}"))
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -153,10 +156,13 @@ fn every_daemon_is_scraped_by_prometheus() {
     eprintln!("cluster up after {:?}", started.elapsed());
     ok(&dir, &["pool", "create", "p", "--size", "3", "--pgs", "16"]);
     ok(&dir, &["pool", "create", "q", "--size", "2", "--pgs", "8"]);
-    ok(&dir, &["volume", "create", "v", "--size", "128M"]);
+    ok(
+        &dir,
+        &["volume", "create", "v", "--size", "128M", "--pool", "p"],
+    );
 
     // The load: 4 MiB written exactly once, then 2 s of random 70/30.
-    let fill = json(
+    ok(
         &dir,
         &[
             "bench", "--volume", "v", "--fill", "--span", "4M", "--qd", "8", "--json",
@@ -170,7 +176,7 @@ fn every_daemon_is_scraped_by_prometheus() {
     );
     let bench_ops = load["iops"].as_f64().unwrap() * load["seconds"].as_f64().unwrap();
     eprintln!(
-        "load done after {:?}: fill {fill}, randrw {bench_ops:.0} ops",
+        "load done after {:?}: randrw {bench_ops:.0} ops",
         started.elapsed()
     );
     assert!(bench_ops > 100.0, "{load}");
@@ -197,14 +203,17 @@ fn every_daemon_is_scraped_by_prometheus() {
         .map(|d| {
             assert!(d["pid"].as_u64().unwrap() > 0, "{d}");
             assert!(d["unix_ms"].as_u64().unwrap() > 0, "{d}");
-            d["metrics"].as_str().unwrap_or_else(|| panic!("{d}")).to_string()
+            d["metrics"]
+                .as_str()
+                .unwrap_or_else(|| panic!("{d}"))
+                .to_string()
         })
         .collect();
 
     // promtool accepts every endpoint.
     for (d, addr) in daemons.iter().zip(&targets) {
-        let (code, body) = http_get(addr, "/metrics")
-            .unwrap_or_else(|| panic!("no answer from {addr} ({d})"));
+        let (code, body) =
+            http_get(addr, "/metrics").unwrap_or_else(|| panic!("no answer from {addr} ({d})"));
         assert_eq!(code, 200, "{d}: {body}");
         assert!(body.contains("process_cpu_seconds_total"), "{d}: {body}");
         if let Err(why) = promtool_check(&body) {
@@ -270,7 +279,10 @@ fn every_daemon_is_scraped_by_prometheus() {
     assert!(prom.scalar("sum(pontoon_osd_ops_total{op=\"read\"})") > 0.0);
     // Size-3 pool: every write is in three stores.
     let user = prom.scalar("sum(pontoon_osd_user_written_bytes_total)");
-    assert!(user >= 3.0 * written * 0.99, "stores wrote {user}, clients {written}");
+    assert!(
+        user >= 3.0 * written * 0.99,
+        "stores wrote {user}, clients {written}"
+    );
     let device = prom.scalar("sum(pontoon_osd_device_written_bytes_total)");
     assert!(device >= user, "device {device} < user {user}");
 
@@ -289,7 +301,7 @@ fn every_daemon_is_scraped_by_prometheus() {
         prom.scalar("pontoon_volume_provisioned_bytes{volume=\"v\"}"),
         128.0 * 1048576.0
     );
-    assert_eq!(prom.scalar("pontoon_pgs_total"), 24.0);
+    assert_eq!(prom.scalar("pontoon_cluster_pgs"), 24.0);
     assert!(prom.scalar("pontoon_health_status") <= 2.0);
     assert_eq!(prom.scalar("sum(pontoon_mgr_active)"), 1.0);
     assert_eq!(prom.scalar("pontoon_daemons{kind=\"osd\"}"), 3.0);

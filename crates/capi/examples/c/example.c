@@ -465,6 +465,9 @@ int main(int argc, char **argv)
 	CHECK(pontoon_read(vol, sb, s_len, s_off) == (int64_t)s_len &&
 		      verify(sb, s_len, s_off, SEED2) == UINT64_MAX,
 	      "sync read back");
+	CHECK(pontoon_read(vol, sb, 0, 0) == 0 &&
+		      pontoon_write(vol, sb, 0, st.size) == 0,
+	      "zero-length read and write");
 	free(sb);
 
 	/* 7. The event fd: an asynchronous read seen through it alone. */

@@ -21,6 +21,7 @@ use serde_json::Value;
 
 use super::{ApiError, JsonBody, Shared, openapi};
 use crate::admin::{self, PoolSpec};
+use crate::health::{Context, Health, assess};
 use crate::listings::{
     PgView, PoolView, VolumeView, parse_pgid, pg_views, pool_view, pool_views, volume_view,
     volume_views,
@@ -72,6 +73,7 @@ pub fn routes() -> Vec<Route> {
             ..route(M::GET, openapi::PATH, openapi::serve)
         },
         route(M::GET, "/api/v1/status", get_status),
+        route(M::GET, "/api/v1/health", get_health),
         route(M::GET, "/api/v1/df", get_df),
         route(M::GET, "/api/v1/du", get_du),
         route(M::GET, "/api/v1/osds", get_osds),
@@ -107,14 +109,32 @@ async fn map_and_reports(
     tokio::try_join!(store.load(), store.reports())
 }
 
+/// The status as `pontoon status --json` gathers it (without the
+/// recovery rate, which the CLI measures over an interval).
 async fn status_of(store: &MapStore) -> ApiResult<Status> {
-    let (map, reports, manager) = tokio::try_join!(store.load(), store.reports(), store.leader())?;
-    Ok(summarize(&map, &reports, manager))
+    let (map, reports, manager, daemons) = tokio::try_join!(
+        store.load(),
+        store.reports(),
+        store.leader(),
+        store.daemons()
+    )?;
+    Ok(summarize(&map, &reports, manager).with_daemons(daemons))
 }
 
 /// `pontoon status --json`.
 async fn get_status(State(s): State<Shared>) -> ApiResult<Json<Status>> {
     Ok(Json(status_of(&s.store).await?))
+}
+
+/// `pontoon health --json`.
+async fn get_health(State(s): State<Shared>) -> ApiResult<Json<Health>> {
+    let (map, reports, manager) =
+        tokio::try_join!(s.store.load(), s.store.reports(), s.store.leader())?;
+    let ctx = Context {
+        manager,
+        ..Context::default()
+    };
+    Ok(Json(assess(&map, &reports, &ctx)))
 }
 
 /// `pontoon df --json`.
@@ -148,10 +168,13 @@ async fn get_osd(State(s): State<Shared>, Path(id): Path<String>) -> ApiResult<J
         .into_iter()
         .find(|o| o.id == id.0)
         .map(Json)
-        .ok_or_else(|| ClusterError::NotFound {
-            kind: "osd",
-            name: id.to_string(),
-        }.into())
+        .ok_or_else(|| {
+            ClusterError::NotFound {
+                kind: "osd",
+                name: id.to_string(),
+            }
+            .into()
+        })
 }
 
 /// What `osd out|in` answer.
@@ -304,10 +327,7 @@ async fn scrub_pool(State(s): State<Shared>, Path(name): Path<String>) -> ApiRes
 }
 
 /// `pontoon pool deep-scrub`.
-async fn deep_scrub_pool(
-    State(s): State<Shared>,
-    Path(name): Path<String>,
-) -> ApiResult<Response> {
+async fn deep_scrub_pool(State(s): State<Shared>, Path(name): Path<String>) -> ApiResult<Response> {
     scrub_pool_req(&s, &name, true).await
 }
 
@@ -335,7 +355,9 @@ async fn get_volume(
 fn size_of(v: &Value) -> ApiResult<u64> {
     match v {
         Value::Number(n) => n.as_u64().ok_or_else(|| {
-            ApiError::bad_request(format!("invalid volume size {n}: bytes must be a whole number"))
+            ApiError::bad_request(format!(
+                "invalid volume size {n}: bytes must be a whole number"
+            ))
         }),
         Value::String(s) => admin::parse_size("volume size", s).map_err(ApiError::bad_request),
         other => Err(ApiError::bad_request(format!(
@@ -385,10 +407,7 @@ async fn resize_volume(
 }
 
 /// `pontoon volume rm`.
-async fn remove_volume(
-    State(s): State<Shared>,
-    Path(name): Path<String>,
-) -> ApiResult<StatusCode> {
+async fn remove_volume(State(s): State<Shared>, Path(name): Path<String>) -> ApiResult<StatusCode> {
     s.store.remove_volume(&name).await?;
     Ok(StatusCode::NO_CONTENT)
 }
@@ -434,10 +453,9 @@ async fn get_pg(State(s): State<Shared>, Path(pgid): Path<String>) -> ApiResult<
 async fn scrub_pg_req(s: &Shared, pgid: &str, deep: bool) -> ApiResult<Response> {
     let pg = pg_id(pgid)?;
     let map = s.store.load().await?;
-    let pool = map
-        .pools
-        .get(&pg.pool)
-        .ok_or_else(|| ApiError::not_found(format!("pg {pg} not found: no pool has id {}", pg.pool.0)))?;
+    let pool = map.pools.get(&pg.pool).ok_or_else(|| {
+        ApiError::not_found(format!("pg {pg} not found: no pool has id {}", pg.pool.0))
+    })?;
     if pg.index >= pool.pgs {
         return Err(ApiError::not_found(format!(
             "pg {pg} not found: pool {} has {} PGs",

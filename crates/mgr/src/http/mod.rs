@@ -26,6 +26,7 @@
 //! taken or the object is in use, 503 when etcd cannot be reached.
 
 pub mod api;
+pub mod api_history;
 pub mod openapi;
 
 use std::net::SocketAddr;
@@ -91,7 +92,7 @@ pub async fn ensure_token(store: &MapStore) -> Result<String, ClusterError> {
 pub fn router(state: Shared) -> Router {
     let mut protected = Router::new();
     let mut public = Router::new();
-    for route in api::routes() {
+    for route in routes() {
         if route.public {
             public = public.route(route.path, route.handler);
         } else {
@@ -107,7 +108,16 @@ pub fn router(state: Shared) -> Router {
     let api: Router = protected.merge(public).with_state(state);
     // Merge point for the manager's other HTTP parts (public, no token):
     //     api.merge(crate::metrics::router(...)).merge(crate::dashboard::router(...))
-    api
+    api.merge(crate::dashboard::router())
+}
+
+/// Every endpoint of the REST API (the OpenAPI description must name
+/// each of them, and only them: a test checks).
+pub fn routes() -> Vec<api::Route> {
+    api::routes()
+        .into_iter()
+        .chain(api_history::routes())
+        .collect()
 }
 
 /// A running HTTP server.

@@ -12,18 +12,24 @@ use super::*;
 
 #[test]
 fn openapi_names_every_route_and_nothing_else() {
-    let mut routes: Vec<(String, String)> = api::routes()
+    let mut served: Vec<(String, String)> = routes()
         .iter()
         .map(|r| (r.method.to_string(), r.path.to_string()))
         .collect();
-    routes.sort();
+    served.sort();
     let described = openapi::operations(openapi::spec());
-    let missing: Vec<_> = routes.iter().filter(|r| !described.contains(r)).collect();
-    let extra: Vec<_> = described.iter().filter(|d| !routes.contains(d)).collect();
-    assert!(missing.is_empty(), "routes not in openapi.json: {missing:?}");
-    assert!(extra.is_empty(), "openapi.json names no such route: {extra:?}");
+    let missing: Vec<_> = served.iter().filter(|r| !described.contains(r)).collect();
+    let extra: Vec<_> = described.iter().filter(|d| !served.contains(d)).collect();
+    assert!(
+        missing.is_empty(),
+        "routes not in openapi.json: {missing:?}"
+    );
+    assert!(
+        extra.is_empty(),
+        "openapi.json names no such route: {extra:?}"
+    );
     // Only the description itself is public.
-    let public: Vec<&str> = api::routes()
+    let public: Vec<&str> = routes()
         .iter()
         .filter(|r| r.public)
         .map(|r| r.path)
@@ -194,7 +200,10 @@ async fn pools_and_volumes_are_created_resized_and_removed() {
     let api = Api::new().await;
     // Bad bodies: 400 with the parser's message.
     let e = api.fails("POST", "/api/v1/pools", Some("{nope"), 400).await;
-    assert!(e.starts_with("invalid JSON body: key must be a string"), "{e}");
+    assert!(
+        e.starts_with("invalid JSON body: key must be a string"),
+        "{e}"
+    );
     let e = api.fails("POST", "/api/v1/pools", None, 400).await;
     assert!(e.contains("needs a JSON body"), "{e}");
     let e = api
@@ -202,13 +211,26 @@ async fn pools_and_volumes_are_created_resized_and_removed() {
         .await;
     assert!(e.contains("missing field `size`"), "{e}");
     let e = api
-        .fails("POST", "/api/v1/pools", Some(r#"{"name":"p","size":1,"sise":2}"#), 400)
+        .fails(
+            "POST",
+            "/api/v1/pools",
+            Some(r#"{"name":"p","size":1,"sise":2}"#),
+            400,
+        )
         .await;
     assert!(e.contains("unknown field `sise`"), "{e}");
     let e = api
-        .fails("POST", "/api/v1/pools", Some(r#"{"name":"p","size":"3"}"#), 400)
+        .fails(
+            "POST",
+            "/api/v1/pools",
+            Some(r#"{"name":"p","size":"3"}"#),
+            400,
+        )
         .await;
-    assert!(e.contains("invalid type: string \"3\", expected u32"), "{e}");
+    assert!(
+        e.contains("invalid type: string \"3\", expected u32"),
+        "{e}"
+    );
     let e = api
         .fails(
             "POST",
@@ -219,30 +241,54 @@ async fn pools_and_volumes_are_created_resized_and_removed() {
         .await;
     assert!(e.contains("unknown failure domain \"rack\""), "{e}");
     let e = api
-        .fails("POST", "/api/v1/pools", Some(r#"{"name":"p","size":2,"min_size":3}"#), 400)
+        .fails(
+            "POST",
+            "/api/v1/pools",
+            Some(r#"{"name":"p","size":2,"min_size":3}"#),
+            400,
+        )
         .await;
     assert!(e.contains("min_size 3"), "{e}");
     let e = api
-        .fails("POST", "/api/v1/pools", Some(r#"{"name":"bad/name","size":1}"#), 400)
+        .fails(
+            "POST",
+            "/api/v1/pools",
+            Some(r#"{"name":"bad/name","size":1}"#),
+            400,
+        )
         .await;
     assert!(e.contains("invalid argument"), "{e}");
     // No pool yet: a volume needs one.
     let e = api
-        .fails("POST", "/api/v1/volumes", Some(r#"{"name":"v","size":"1G"}"#), 400)
+        .fails(
+            "POST",
+            "/api/v1/volumes",
+            Some(r#"{"name":"v","size":"1G"}"#),
+            400,
+        )
         .await;
     assert!(e.contains("there is no pool"), "{e}");
 
     let (status, p) = api
-        .send("POST", "/api/v1/pools", Some(r#"{"name":"p","size":1,"pgs":8}"#))
+        .send(
+            "POST",
+            "/api/v1/pools",
+            Some(r#"{"name":"p","size":1,"pgs":8}"#),
+        )
         .await;
     assert_eq!(status, StatusCode::CREATED, "{p}");
     assert_eq!(
         p,
-        json!({"id": 1, "name": "p", "size": 1, "min_size": 1, "pgs": 8,
+        json!({"id": 0, "name": "p", "size": 1, "min_size": 1, "pgs": 8,
                "failure_domain": "osd", "volumes": 0})
     );
     let e = api
-        .fails("POST", "/api/v1/pools", Some(r#"{"name":"p","size":1}"#), 409)
+        .fails(
+            "POST",
+            "/api/v1/pools",
+            Some(r#"{"name":"p","size":1}"#),
+            409,
+        )
         .await;
     assert_eq!(e, "pool p already exists");
     let (_, pools) = api.send("GET", "/api/v1/pools", None).await;
@@ -253,7 +299,11 @@ async fn pools_and_volumes_are_created_resized_and_removed() {
 
     // Volumes: sizes as the CLI takes them, or bytes.
     let (status, v) = api
-        .send("POST", "/api/v1/volumes", Some(r#"{"name":"v","size":"1G"}"#))
+        .send(
+            "POST",
+            "/api/v1/volumes",
+            Some(r#"{"name":"v","size":"1G"}"#),
+        )
         .await;
     assert_eq!(status, StatusCode::CREATED, "{v}");
     assert_eq!(v["size_bytes"], 1u64 << 30);
@@ -270,15 +320,30 @@ async fn pools_and_volumes_are_created_resized_and_removed() {
     assert_eq!(status, StatusCode::CREATED, "{w}");
     assert_eq!(w["size"], "8.00 MiB");
     let e = api
-        .fails("POST", "/api/v1/volumes", Some(r#"{"name":"x","size":"12XB"}"#), 400)
+        .fails(
+            "POST",
+            "/api/v1/volumes",
+            Some(r#"{"name":"x","size":"12XB"}"#),
+            400,
+        )
         .await;
     assert!(e.contains("invalid volume size \"12XB\""), "{e}");
     let e = api
-        .fails("POST", "/api/v1/volumes", Some(r#"{"name":"x","size":4097}"#), 400)
+        .fails(
+            "POST",
+            "/api/v1/volumes",
+            Some(r#"{"name":"x","size":4097}"#),
+            400,
+        )
         .await;
     assert!(e.contains("multiple of 4096"), "{e}");
     let e = api
-        .fails("POST", "/api/v1/volumes", Some(r#"{"name":"x","size":-1}"#), 400)
+        .fails(
+            "POST",
+            "/api/v1/volumes",
+            Some(r#"{"name":"x","size":-1}"#),
+            400,
+        )
         .await;
     assert!(e.contains("invalid volume size -1"), "{e}");
     let e = api
@@ -291,7 +356,12 @@ async fn pools_and_volumes_are_created_resized_and_removed() {
         .await;
     assert_eq!(e, "pool nope not found");
     let e = api
-        .fails("POST", "/api/v1/volumes", Some(r#"{"name":"v","size":"1G"}"#), 409)
+        .fails(
+            "POST",
+            "/api/v1/volumes",
+            Some(r#"{"name":"v","size":"1G"}"#),
+            409,
+        )
         .await;
     assert_eq!(e, "volume v already exists");
     let (_, vols) = api.send("GET", "/api/v1/volumes", None).await;
@@ -303,7 +373,12 @@ async fn pools_and_volumes_are_created_resized_and_removed() {
 
     // Resize: grow only.
     let e = api
-        .fails("POST", "/api/v1/volumes/v/resize", Some(r#"{"size":"512M"}"#), 400)
+        .fails(
+            "POST",
+            "/api/v1/volumes/v/resize",
+            Some(r#"{"size":"512M"}"#),
+            400,
+        )
         .await;
     assert!(e.contains("shrinking it to 512.00 MiB"), "{e}");
     let (status, r) = api
@@ -311,32 +386,38 @@ async fn pools_and_volumes_are_created_resized_and_removed() {
         .await;
     assert_eq!(status, StatusCode::OK, "{r}");
     assert_eq!(r["size_bytes"], 2u64 << 30);
-    api.fails("POST", "/api/v1/volumes/nope/resize", Some(r#"{"size":"2G"}"#), 404)
-        .await;
+    api.fails(
+        "POST",
+        "/api/v1/volumes/nope/resize",
+        Some(r#"{"size":"2G"}"#),
+        404,
+    )
+    .await;
     api.fails("POST", "/api/v1/volumes/v/resize", Some("[]"), 400)
         .await;
 
     // PGs, scrubs, settings.
     let (_, pgs) = api.send("GET", "/api/v1/pgs?pool=p", None).await;
     assert_eq!(pgs.as_array().unwrap().len(), 8, "{pgs}");
-    assert_eq!(pgs[0]["pgid"], "1.0");
+    assert_eq!(pgs[0]["pgid"], "0.0");
     assert_eq!(pgs[0]["state"], "inactive", "no OSDs: {pgs}");
-    let (_, pg) = api.send("GET", "/api/v1/pgs/1.7", None).await;
-    assert_eq!(pg["pgid"], "1.7");
-    api.fails("GET", "/api/v1/pgs/1.8", None, 404).await;
+    let (_, pg) = api.send("GET", "/api/v1/pgs/0.7", None).await;
+    assert_eq!(pg["pgid"], "0.7");
+    api.fails("GET", "/api/v1/pgs/0.8", None, 404).await;
     api.fails("GET", "/api/v1/pgs/one", None, 400).await;
     api.fails("GET", "/api/v1/pgs?pool=nope", None, 404).await;
     let e = api.fails("GET", "/api/v1/pgs?colour=red", None, 400).await;
     assert!(e.contains("unknown field `colour`"), "{e}");
-    let (status, r) = api.send("POST", "/api/v1/pgs/1.3/deep-scrub", None).await;
+    let (status, r) = api.send("POST", "/api/v1/pgs/0.3/deep-scrub", None).await;
     assert_eq!(status, StatusCode::ACCEPTED, "{r}");
-    assert_eq!(r["pgs"], json!(["1.3"]));
+    assert_eq!(r["pgs"], json!(["0.3"]));
     assert_eq!(r["deep"], true);
     let (status, r) = api.send("POST", "/api/v1/pools/p/scrub", None).await;
     assert_eq!(status, StatusCode::ACCEPTED, "{r}");
     assert_eq!(r["pgs"].as_array().unwrap().len(), 8);
-    api.fails("POST", "/api/v1/pools/nope/deep-scrub", None, 404).await;
-    api.fails("POST", "/api/v1/pgs/2.0/scrub", None, 404).await;
+    api.fails("POST", "/api/v1/pools/nope/deep-scrub", None, 404)
+        .await;
+    api.fails("POST", "/api/v1/pgs/1.0/scrub", None, 404).await;
     let (_, settings) = api.send("GET", "/api/v1/settings", None).await;
     assert_eq!(settings["full_ratios"]["full"], 0.95);
     let e = api
