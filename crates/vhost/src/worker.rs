@@ -268,7 +268,7 @@ fn range(sector: u64, len: u64) -> Result<u64, Fail> {
     let offset = sector
         .checked_mul(SECTOR)
         .ok_or_else(|| Fail::Io("sector out of range".into()))?;
-    if offset % VOLUME_BLOCK != 0 || len % VOLUME_BLOCK != 0 {
+    if !offset.is_multiple_of(VOLUME_BLOCK) || !len.is_multiple_of(VOLUME_BLOCK) {
         return Err(Fail::Io(format!(
             "offset {offset} or length {len} is not a multiple of {VOLUME_BLOCK}"
         )));
@@ -324,7 +324,7 @@ async fn execute<V: ExportVolume>(ctx: &Ctx<V>, chain: &Chain, req: &Request) ->
             Ok(n as u32)
         }
         Op::Discard | Op::WriteZeroes => {
-            if len == 0 || len % 16 != 0 || len / 16 > u64::from(MAX_DISCARD_SEG) {
+            if len == 0 || !len.is_multiple_of(16) || len / 16 > u64::from(MAX_DISCARD_SEG) {
                 return Err(Fail::Io(format!("{len} bytes of discard ranges")));
             }
             for i in 0..len / 16 {
