@@ -137,7 +137,10 @@ flock -u 9
 
 # ---- 4. libpontoon and the engine ------------------------------------------------
 CARGO_ARGS=(--profile "$PROFILE"); [ "$PROFILE" = release ] && CARGO_ARGS=(--release)
-cargo build "${CARGO_ARGS[@]}" -p pontoon-capi >&2
+# Every library of the workspace, not `-p pontoon-capi`: that would resolve
+# the dependencies' features differently from the workspace build the suite
+# has just made and compile a second copy of them.
+cargo build "${CARGO_ARGS[@]}" --workspace --lib >&2
 [ -f "$OUT/libpontoon.so" ] || { log "cargo did not produce $OUT/libpontoon.so"; exit 1; }
 ENGINE_SRC=$ROOT/crates/capi/fio/pontoon_engine.c
 INC=$OUT/include; [ -f "$INC/pontoon.h" ] || INC=$ROOT/crates/capi/include
@@ -145,7 +148,8 @@ INC=$OUT/include; [ -f "$INC/pontoon.h" ] || INC=$ROOT/crates/capi/include
 SO=$OUT/libpontoon_fio.so
 # rebuild when the engine source, the header, the fio config or this script changed
 if [ ! -f "$SO" ] || [ "$ENGINE_SRC" -nt "$SO" ] || [ "$INC/pontoon.h" -nt "$SO" ] ||
-   [ "$SRC/config-host.h" -nt "$SO" ] || [ "$0" -nt "$SO" ] || [ "$OUT/libpontoon.so" -nt "$SO" ]; then
+   [ "$SRC/config-host.h" -nt "$SO" ] || [ "$ROOT/scripts/build-fio-engine.sh" -nt "$SO" ] ||
+   [ "$OUT/libpontoon.so" -nt "$SO" ]; then
 	log "cc $ENGINE_SRC (fio $FIO_VERSION headers) -> $SO"
 	# As fio's Makefile builds its own engines as plugins (ENGINE_*: -fPIC
 	# -shared, with config-host.h included first and _GNU_SOURCE, fio's
@@ -154,8 +158,8 @@ if [ ! -f "$SO" ] || [ "$ENGINE_SRC" -nt "$SO" ] || [ "$INC/pontoon.h" -nt "$SO"
 		-include "$SRC/config-host.h" -D_GNU_SOURCE -D_LARGEFILE_SOURCE -D_FILE_OFFSET_BITS=64 \
 		-DPONTOON_FIO_BUILT="\"fio-$UPSTREAM\"" \
 		-I"$SRC" -I"$INC" \
-		"$ENGINE_SRC" -L"$OUT" -lpontoon -Wl,-rpath,'$ORIGIN' -Wl,--no-undefined-version \
-		-o "$SO.tmp"
-	mv "$SO.tmp" "$SO"
+		"$ENGINE_SRC" -L"$OUT" -lpontoon -Wl,-rpath,'$ORIGIN' \
+		-o "$SO.tmp.$$"
+	mv "$SO.tmp.$$" "$SO"
 fi
 echo "$SO"

@@ -4,5 +4,5 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/deps.sh test
-cargo build --profile ci --workspace --bins
+cargo build --profile ci --workspace --bins --lib
 cargo test --profile ci --workspace -- --test-threads "${PONTOON_TEST_THREADS:-2}"
