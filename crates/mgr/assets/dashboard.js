@@ -354,7 +354,9 @@
       const states = Object.entries(st.pgs.states || {}).sort((a, b) => b[1] - a[1]);
       syncList($('pg-states'), states.map(([k, n]) => [k, n + ' ' + k]));
       setText('pool-count', String(st.pools));
+      setText('pool-count-unit', st.pools === 1 ? 'pool' : 'pools');
       setText('volume-count', String(st.volumes));
+      setText('volume-count-unit', st.volumes === 1 ? 'volume' : 'volumes');
       renderRecovery(st);
     }
     if (data.df) {
@@ -561,6 +563,15 @@
     }
   });
 
+  // Time ticks: whole seconds at least (the history's points are seconds).
+  const M = 60;
+  const H = 3600;
+  const D = 86400;
+  const timeAxis = {
+    incrs: [1, 2, 5, 10, 15, 30, M, 2 * M, 5 * M, 10 * M, 15 * M, 30 * M, H, 2 * H, 3 * H, 6 * H,
+      12 * H, D, 2 * D, 7 * D, 14 * D, 30 * D, 91 * D, 182 * D, 365 * D],
+  };
+
   const bytesAxis = {
     values: (u, splits) => splits.map((v) => fmtBytes(v)),
     size: 80,
@@ -586,8 +597,9 @@
     ];
     plot('history-chart', box, {
       height: 300,
+      legend: { live: false },
       scales: { y: { range: (u, min, max) => [0, Math.max(1, max) * 1.05] } },
-      axes: [{}, bytesAxis],
+      axes: [timeAxis, bytesAxis],
       series: [
         {},
         { label: 'stored (one copy)', stroke: '#8250df', width: 2, value: (u, x) => fmtBytes(x) },
@@ -621,7 +633,8 @@
     const rows = [s.t, perSec(s.t, v.reads_total), perSec(s.t, v.writes_total)];
     plot('io-chart', $('io-chart'), {
       height: 180,
-      axes: [{}, { size: 60 }],
+      legend: { live: false },
+      axes: [timeAxis, { size: 60 }],
       series: [
         {},
         { label: 'reads/s', stroke: '#1a7f37', width: 1.5, value: (u, x) => fmtNum(x, 1) },
@@ -707,7 +720,7 @@
       if (missing.has('endurance')) setText('endurance-note', 'This manager has no endurance endpoint.');
       return;
     }
-    const osds = e.osds || [];
+    const osds = Array.isArray(e) ? e : e.osds || [];
     syncRows($('endurance-table').tBodies[0], osds, (o) => o.osd, (o) => {
       const r = o.rated;
       const kind = o.nvme && o.nvme.percentage_used != null
@@ -721,11 +734,11 @@
         { text: fmtBytes(o.device_written_bytes), bytes: o.device_written_bytes },
         { text: o.write_amplification == null ? '–' : o.write_amplification.toFixed(2) + '×', num: true },
         { text: o.device_written_per_day == null ? '–' : fmtBytes(o.device_written_per_day), num: true },
-        { text: o.dwpd == null ? '–' : fmtNum(o.dwpd, 4), num: true },
+        { text: o.dwpd == null ? '–' : fmtNum(o.dwpd, o.dwpd >= 100 ? 0 : o.dwpd >= 1 ? 2 : 4), num: true },
         { text: r ? fmtNum(r.rated_dwpd, 2) : 'not set', num: true },
         r ? { text: fmtPct(r.used_fraction), bar: r.used_fraction,
           title: fmtBytes(r.written_bytes) + ' of ' + fmtBytes(r.rated_bytes) + ' (' + r.written_basis + ')' } : '–',
-        r ? (r.wearout_unix != null ? fmtDate(r.wearout_unix) + ' (' + fmtNum(r.years_left, 1) + ' y)'
+        r ? (r.wearout_unix != null ? fmtDate(r.wearout_unix) + ' (in ' + fmtDays(r.years_left * 365.25) + ')'
           : r.years_left == null ? 'nothing written' : '> 10,000 years') : 'no rating',
       ];
     });

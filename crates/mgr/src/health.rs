@@ -10,6 +10,7 @@
 
 use std::collections::BTreeMap;
 
+use pontoon_cluster::daemons::{DAEMON_REFRESH, DaemonRecord, kind};
 use pontoon_cluster::space::{FullState, ratio};
 use pontoon_cluster::{ClusterMap, OsdReport, PgState};
 use serde::Serialize;
@@ -86,6 +87,41 @@ pub struct Context {
     pub standby_managers: Option<usize>,
     /// Measured clock offsets of daemons.
     pub clock_skews: Vec<ClockSkew>,
+}
+
+/// What health learns from the daemon registry: the standby managers, and
+/// clock offsets. A record's clock was read when it was last refreshed, up
+/// to [`DAEMON_REFRESH`] ago, so its offset from `now_ms` is known only
+/// within that window: a clock is reported as skewed only when the whole
+/// window lies beyond [`CLOCK_SKEW_ALLOWED_SECS`] (so a clock behind is
+/// caught only once it is behind by more than the allowance plus the
+/// refresh interval).
+pub fn context(manager: Option<String>, daemons: &[DaemonRecord], now_ms: u64) -> Context {
+    let managers = daemons.iter().filter(|d| d.kind == kind::MGR).count();
+    let window = DAEMON_REFRESH.as_secs_f64() + 0.5;
+    let clock_skews = daemons
+        .iter()
+        .filter_map(|d| {
+            let low = (d.unix_ms as f64 - now_ms as f64) / 1000.0;
+            let high = low + window;
+            let skew = if low > CLOCK_SKEW_ALLOWED_SECS {
+                low
+            } else if high < -CLOCK_SKEW_ALLOWED_SECS {
+                high
+            } else {
+                return None;
+            };
+            Some(ClockSkew {
+                daemon: format!("{}.{}", d.kind, d.name),
+                skew_secs: skew,
+            })
+        })
+        .collect();
+    Context {
+        standby_managers: manager.as_ref().map(|_| managers.saturating_sub(1)),
+        manager,
+        clock_skews,
+    }
 }
 
 /// Clocks further apart than this are reported.
@@ -196,7 +232,12 @@ pub fn assess(map: &ClusterMap, reports: &[OsdReport], ctx: &Context) -> Health 
             Severity::Warn,
             "backfillfull",
         ),
-        (FullState::Nearfull, "OSD_NEARFULL", Severity::Warn, "nearfull"),
+        (
+            FullState::Nearfull,
+            "OSD_NEARFULL",
+            Severity::Warn,
+            "nearfull",
+        ),
     ] {
         let osds: Vec<String> = map
             .osds
@@ -229,7 +270,10 @@ pub fn assess(map: &ClusterMap, reports: &[OsdReport], ctx: &Context) -> Health 
             if state == PgState::Inactive.as_str() {
                 unavailable.push(format!("pg {} is inactive (no live member)", rec.pg));
             } else {
-                unknown.push(format!("pg {} has not been reported by its primary", rec.pg));
+                unknown.push(format!(
+                    "pg {} has not been reported by its primary",
+                    rec.pg
+                ));
             }
             continue;
         };
@@ -304,7 +348,12 @@ pub fn assess(map: &ClusterMap, reports: &[OsdReport], ctx: &Context) -> Health 
         .clock_skews
         .iter()
         .filter(|s| s.skew_secs.abs() > CLOCK_SKEW_ALLOWED_SECS)
-        .map(|s| format!("{}'s clock is {:+.3} s from the manager's", s.daemon, s.skew_secs))
+        .map(|s| {
+            format!(
+                "{}'s clock is {:+.3} s from the manager's",
+                s.daemon, s.skew_secs
+            )
+        })
         .collect();
     if !skewed.is_empty() {
         checks.push(check(
@@ -342,7 +391,12 @@ pub fn summary_line(h: &Health) -> String {
 pub fn render_detail(h: &Health) -> String {
     let mut out = vec![summary_line(h)];
     for c in &h.checks {
-        out.push(format!("[{}] {}: {}", &c.severity.as_str()[7..], c.code, c.summary));
+        out.push(format!(
+            "[{}] {}: {}",
+            &c.severity.as_str()[7..],
+            c.code,
+            c.summary
+        ));
         out.extend(c.detail.iter().map(|d| format!("    {d}")));
     }
     out.join("\n")
@@ -510,5 +564,31 @@ mod tests {
             assert!(c.contains(&code), "{code} missing from {c:?}");
         }
         assert!(summary_line(&h).contains("not serving I/O"));
+    }
+
+    #[test]
+    fn the_registry_gives_standbys_and_clear_clock_skews() {
+        let rec = |kind: &str, name: &str, unix_ms| {
+            let mut d = DaemonRecord::new(kind, name, "h", None);
+            d.unix_ms = unix_ms;
+            d
+        };
+        let now = 1_000_000;
+        let daemons = [
+            rec("mgr", "a", now),
+            rec("mgr", "b", now - 2_000),
+            rec("osd", "0", now + 1_500),
+            rec("osd", "1", now - 3_000),
+            rec("osd", "2", now - 6_000),
+        ];
+        let c = context(Some("a".into()), &daemons, now);
+        assert_eq!(c.standby_managers, Some(1));
+        let skewed: Vec<&str> = c.clock_skews.iter().map(|s| s.daemon.as_str()).collect();
+        // osd.0 is certainly ahead; osd.1 may only be a stale record; osd.2
+        // is behind by more than the allowance even if just refreshed.
+        assert_eq!(skewed, ["osd.0", "osd.2"]);
+        assert_eq!(context(None, &daemons, now).standby_managers, None);
+        let alone = context(Some("a".into()), &daemons[..1], now);
+        assert_eq!(alone.standby_managers, Some(0));
     }
 }

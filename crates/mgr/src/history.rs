@@ -59,7 +59,8 @@
 //! largest value is a full hourly chunk of 64 OSDs, at most
 //! 24 × 64 × 104 ≈ 160 kB, far under etcd's 1.5 MiB (the manager refuses
 //! to write one above 1 MiB). The open `m` chunk is rewritten at each
-//! sample; the others when a new bucket begins (closing the previous one);
+//! sample; the others when a new bucket begins (closing the previous one)
+//! or a new series (a new volume, pool or OSD) appears;
 //! a chunk whose period has passed is never written again, and is deleted
 //! once older than its tier keeps. The manager holds only the open chunks
 //! in memory: at most 39 points per cluster, pool or OSD series and 54
@@ -972,7 +973,8 @@ impl Recorder {
     /// Records a sample taken at `now` (Unix seconds) and returns what to
     /// write: the open fine chunks each time; the other tiers' chunks when
     /// a new bucket begins (its first value, and the last of the bucket
-    /// before); the expired chunks of a tier when a new period begins.
+    /// before) or a new series appears (a new volume is in the history at
+    /// once); the expired chunks of a tier when a new period begins.
     pub fn record(&mut self, now: u64, s: &Sample) -> Writes {
         for (o, row) in &s.osds {
             if let Some((_, prev)) = self.osd_last.get(o) {
@@ -1024,6 +1026,7 @@ impl Recorder {
                     self.closed[ti].push((g, o.chunk));
                 }
             }
+            let mut new_series = false;
             for (id, vals) in rows.iter().filter(|(id, _)| tier.holds(*id)) {
                 let open = self.open[ti].entry(id.group()).or_insert_with(|| Open {
                     chunk: Chunk {
@@ -1032,15 +1035,16 @@ impl Recorder {
                     },
                     dirty: false,
                 });
-                open.chunk
-                    .series
+                let series = &mut open.chunk.series;
+                new_series |= !series.contains_key(id);
+                series
                     .entry(*id)
                     .or_insert_with(|| Series::of(*id))
                     .record(bsecs, now, vals);
                 open.dirty = true;
             }
             let new_bucket = self.last_bucket[ti] != Some(bucket);
-            if ti == 0 || new_bucket {
+            if ti == 0 || new_bucket || new_series {
                 for (g, c) in self.closed[ti].drain(..) {
                     push_chunk(&mut w, tier, &g, &c);
                 }
@@ -1359,7 +1363,7 @@ mod tests {
         let days = 3;
         for i in 0..days * 1440 {
             let mut s = sample_at(64, 1000, 0, T0, 0);
-            s.cluster[cluster::USED] = 10 * GIB + i * 40 << 20;
+            s.cluster[cluster::USED] = 10 * GIB + ((i * 40) << 20);
             for (_, v) in &mut s.osds {
                 v[osd::USED] = GIB + i * (1 << 20) + rnd(1 << 20) * 4096;
                 v[osd::FREE] = 100 * GIB - v[osd::USED];

@@ -16,7 +16,6 @@ use pontoon_cluster::daemons::{DaemonRecord, kind, unix_ms};
 use pontoon_cluster::space::space_report;
 use pontoon_metrics::{Exposition, labels};
 
-use crate::health::Context;
 use crate::status::summarize_with;
 
 /// `GET /metrics` for the manager named `me`, as an axum router.
@@ -67,12 +66,10 @@ async fn add_cluster_metrics(
     let map = store.load().await?;
     let reports = store.reports().await?;
     let daemons = store.daemons().await?;
-    let managers = daemons.iter().filter(|d| d.kind == kind::MGR).count();
-    let ctx = Context {
-        manager: leader,
-        standby_managers: Some(managers.saturating_sub(1)),
-        ..Context::default()
-    };
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64);
+    let ctx = crate::health::context(leader, &daemons, now_ms);
     let status = summarize_with(&map, &reports, &ctx);
     let space = space_report(&map, &reports);
     let cluster = map.name.as_str();

@@ -176,6 +176,25 @@ impl<'a> PrimaryReports<'a> {
     }
 }
 
+/// Reads the map, the reports, the leader and the daemon registry and
+/// builds the status, health included: what `pontoon status`, `pontoon
+/// health`, the REST API and the metrics all show.
+pub async fn load(
+    store: &pontoon_cluster::MapStore,
+) -> Result<Status, pontoon_cluster::ClusterError> {
+    let (map, reports, manager, daemons) = tokio::try_join!(
+        store.load(),
+        store.reports(),
+        store.leader(),
+        store.daemons()
+    )?;
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64);
+    let ctx = health::context(manager, &daemons, now_ms);
+    Ok(summarize_with(&map, &reports, &ctx).with_daemons(daemons))
+}
+
 /// Builds the status from a map, the reports and the manager's name.
 pub fn summarize(map: &ClusterMap, reports: &[OsdReport], manager: Option<String>) -> Status {
     summarize_with(
@@ -298,7 +317,11 @@ pub struct RecoveryRate {
 /// The recovery rate between `before` and `after`, `secs` apart: how fast
 /// the count of objects still to recover (missing, else degraded) falls.
 /// `None` when nothing is left to recover.
-pub fn recovery_rate(before: &ObjectSummary, after: &ObjectSummary, secs: f64) -> Option<RecoveryRate> {
+pub fn recovery_rate(
+    before: &ObjectSummary,
+    after: &ObjectSummary,
+    secs: f64,
+) -> Option<RecoveryRate> {
     let left = |o: &ObjectSummary| o.missing.max(o.degraded);
     let remaining = left(after);
     if remaining == 0 || secs <= 0.0 {
@@ -647,7 +670,10 @@ mod tests {
         let r = recovery_rate(&at(1000), &at(800), 2.0).unwrap();
         assert_eq!(r.objects_per_sec, 100.0);
         assert_eq!(r.eta_secs, Some(8.0));
-        assert_eq!(render_recovery(&r), "recovery: 100.0 objects/s, about 8s left");
+        assert_eq!(
+            render_recovery(&r),
+            "recovery: 100.0 objects/s, about 8s left"
+        );
         assert_eq!(recovery_rate(&at(5), &at(0), 1.0), None);
         let stalled = recovery_rate(&at(5), &at(5), 1.0).unwrap();
         assert_eq!(stalled.eta_secs, None);

@@ -11,7 +11,7 @@ use pontoon_mgr::history::SeriesId;
 use pontoon_types::{OsdId, format_size};
 
 use crate::cluster_args::{ClusterArgs, parse_size_arg};
-use crate::cmd_history::{fmt_time, unix_now};
+use crate::cmd_history::{fmt_days, fmt_time, unix_now};
 
 /// Arguments of `pontoon osd endurance`.
 #[derive(Args, Debug)]
@@ -163,6 +163,9 @@ pub fn render(list: &[OsdEndurance]) -> String {
                 format!("{}", r.rated_dwpd),
                 format!("{:.3}%", r.used_fraction * 100.0),
                 match (r.years_left, r.wearout_unix) {
+                    (Some(y), Some(t)) if y < 1.0 => {
+                        format!("{} ({})", fmt_days(y * 365.25), &fmt_time(t)[..10])
+                    }
                     (Some(y), Some(t)) => format!("{y:.1} y ({})", &fmt_time(t)[..10]),
                     (Some(_), None) => "> 10,000 y".into(),
                     _ => "not wearing".into(),

@@ -3,7 +3,7 @@
 
 use anyhow::Result;
 use clap::Args;
-use pontoon_mgr::health::{Context, assess, render_detail, summary_line};
+use pontoon_mgr::health::{render_detail, summary_line};
 
 use crate::cluster_args::ClusterArgs;
 
@@ -24,13 +24,7 @@ pub struct HealthArgs {
 pub fn run(args: HealthArgs) -> Result<()> {
     crate::runtime()?.block_on(async move {
         let (store, _) = args.cluster.connect().await?;
-        let map = store.load().await?;
-        let reports = store.reports().await?;
-        let ctx = Context {
-            manager: store.leader().await?,
-            ..Context::default()
-        };
-        let health = assess(&map, &reports, &ctx);
+        let health = pontoon_mgr::status::load(&store).await?.health;
         if args.json {
             println!("{}", serde_json::to_string_pretty(&health)?);
         } else if args.detail.is_some() {

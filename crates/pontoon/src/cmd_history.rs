@@ -89,9 +89,10 @@ pub fn run(o: HistoryOptions) -> Result<()> {
             }
         }
         if o.json {
+            // Compact: thousands of points.
             println!(
                 "{}",
-                serde_json::to_string_pretty(&to_json(&h, &map, &fc, &o, now))?
+                serde_json::to_string(&to_json(&h, &map, &fc, &o, now))?
             );
         } else {
             println!("{}", render(&h, &map, &fc, &o));
@@ -148,6 +149,26 @@ fn rates(id: SeriesId, s: &Series) -> Vec<Option<[f64; 5]>> {
         out.push(Some(r));
     }
     out
+}
+
+/// The cluster's average rates over (at most) the last `secs` seconds of
+/// its points, and the seconds they cover.
+fn recent_rates(c: &Series, secs: u64) -> Option<(u64, [f64; 5])> {
+    let (end, _) = c.last()?;
+    let from = c.times().partition_point(|&t| t < end.saturating_sub(secs));
+    let (start, _) = c.point(from.min(c.len() - 1));
+    let span = end.checked_sub(start).filter(|s| *s > 0)?;
+    let r = rates(SeriesId::Cluster, c);
+    let mut sum = [0.0; 5];
+    for i in from + 1..c.len() {
+        let dt = (c.point(i).0 - c.point(i - 1).0) as f64;
+        if let Some(x) = r[i] {
+            for (s, v) in sum.iter_mut().zip(x) {
+                *s += v * dt;
+            }
+        }
+    }
+    Some((span, sum.map(|s| s / span as f64)))
 }
 
 const RATE_NAMES: [&str; 5] = [
@@ -404,10 +425,11 @@ fn render(h: &History, map: &ClusterMap, fc: &Forecast, o: &HistoryOptions) -> S
             out.push(row(&format!("volume {}", v.name), &s, 0, "used"));
         }
     }
-    if let Some(Some(r)) = rates(SeriesId::Cluster, &c).last() {
+    if let Some((secs, r)) = recent_rates(&c, 3600) {
         out.push(String::new());
         out.push(format!(
-            "I/O over the last interval (every store, replicas included): {:.0} reads/s, {:.0} writes/s, read {}/s, written {}/s, device {}/s",
+            "I/O over the last {} (every store, replicas included): {:.0} reads/s, {:.0} writes/s, read {}/s, written {}/s, device {}/s",
+            fmt_days(secs as f64 / 86_400.0),
             r[0],
             r[1],
             format_size(r[2] as u64),

@@ -4,7 +4,7 @@ use std::time::Instant;
 
 use anyhow::{Result, anyhow, bail};
 use clap::Args;
-use pontoon_mgr::status::{recovery_rate, render, render_recovery, summarize};
+use pontoon_mgr::status::{recovery_rate, render, render_recovery};
 
 use crate::cluster_args::{ClusterArgs, parse_duration};
 
@@ -35,11 +35,7 @@ pub fn run(args: StatusArgs) -> Result<()> {
     crate::runtime()?.block_on(async move {
         let (store, _) = args.cluster.connect().await?;
         let sample = || async {
-            let map = store.load().await?;
-            let reports = store.reports().await?;
-            let manager = store.leader().await?;
-            let daemons = store.daemons().await?;
-            let status = summarize(&map, &reports, manager).with_daemons(daemons);
+            let status = pontoon_mgr::status::load(&store).await?;
             anyhow::Ok((status, Instant::now()))
         };
         let (mut status, mut at) = sample().await?;

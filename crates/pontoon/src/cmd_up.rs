@@ -128,6 +128,7 @@ pub fn run(args: UpArgs) -> Result<()> {
         false => None,
     };
     let settings = settings(&args, previous.as_ref())?;
+    let listen = settings.listen;
     procs::write_pid(&layout.up_pid(), std::process::id())?;
     // cluster.toml appears again only when the cluster is ready, so a
     // script can wait for it; restored if start-up fails.
@@ -151,6 +152,12 @@ pub fn run(args: UpArgs) -> Result<()> {
         gateways: [
             args.nbd.map(|a| Gateway::new(GatewayKind::Nbd, a)),
             args.nvmf.map(|a| Gateway::new(GatewayKind::Nvmf, a)),
+            // A standby manager in its own process, so that the cluster
+            // survives its manager's death (health: MGR_NO_STANDBY without).
+            Some(Gateway::new(
+                GatewayKind::StandbyMgr,
+                SocketAddr::new(listen, reuse_or_free_port(None)?),
+            )),
         ]
         .into_iter()
         .flatten()
@@ -270,6 +277,8 @@ enum GatewayKind {
     Nbd,
     /// `pontoon nvmf` (no subcommand).
     Nvmf,
+    /// `pontoon mgr`: a standby manager (its address is its HTTP API's).
+    StandbyMgr,
 }
 
 impl GatewayKind {
@@ -278,6 +287,7 @@ impl GatewayKind {
         match self {
             GatewayKind::Nbd => "nbd",
             GatewayKind::Nvmf => "nvmf",
+            GatewayKind::StandbyMgr => "mgr",
         }
     }
 
@@ -286,6 +296,7 @@ impl GatewayKind {
         match self {
             GatewayKind::Nbd => "the NBD gateway",
             GatewayKind::Nvmf => "the NVMe/TCP gateway",
+            GatewayKind::StandbyMgr => "the standby manager",
         }
     }
 
@@ -294,6 +305,7 @@ impl GatewayKind {
         match self {
             GatewayKind::Nbd => format!("nbd://{addr}/<volume>"),
             GatewayKind::Nvmf => format!("nvme-tcp://{addr}"),
+            GatewayKind::StandbyMgr => format!("http://{addr} (standby manager)"),
         }
     }
 }
@@ -337,9 +349,13 @@ impl Gateway {
     ) -> Result<()> {
         let (addr, label) = (self.addr, self.kind.label());
         let log = self.log_file(layout);
+        let listen_flag = match self.kind {
+            GatewayKind::StandbyMgr => "--http",
+            _ => "--listen",
+        };
         let args: Vec<String> = vec![
             self.kind.command().into(),
-            "--listen".into(),
+            listen_flag.into(),
             addr.to_string(),
             "--etcd".into(),
             file.etcd.clone(),

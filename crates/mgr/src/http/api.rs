@@ -21,12 +21,12 @@ use serde_json::Value;
 
 use super::{ApiError, JsonBody, Shared, openapi};
 use crate::admin::{self, PoolSpec};
-use crate::health::{Context, Health, assess};
+use crate::health::Health;
 use crate::listings::{
     PgView, PoolView, VolumeView, parse_pgid, pg_views, pool_view, pool_views, volume_view,
     volume_views,
 };
-use crate::status::{OsdSummary, OsdView, Status, summarize};
+use crate::status::{OsdSummary, OsdView, Status};
 
 /// How the API names the pool argument of a new volume in errors.
 const POOL_FIELD: &str = "\"pool\"";
@@ -112,13 +112,7 @@ async fn map_and_reports(
 /// The status as `pontoon status --json` gathers it (without the
 /// recovery rate, which the CLI measures over an interval).
 async fn status_of(store: &MapStore) -> ApiResult<Status> {
-    let (map, reports, manager, daemons) = tokio::try_join!(
-        store.load(),
-        store.reports(),
-        store.leader(),
-        store.daemons()
-    )?;
-    Ok(summarize(&map, &reports, manager).with_daemons(daemons))
+    Ok(crate::status::load(store).await?)
 }
 
 /// `pontoon status --json`.
@@ -128,13 +122,7 @@ async fn get_status(State(s): State<Shared>) -> ApiResult<Json<Status>> {
 
 /// `pontoon health --json`.
 async fn get_health(State(s): State<Shared>) -> ApiResult<Json<Health>> {
-    let (map, reports, manager) =
-        tokio::try_join!(s.store.load(), s.store.reports(), s.store.leader())?;
-    let ctx = Context {
-        manager,
-        ..Context::default()
-    };
-    Ok(Json(assess(&map, &reports, &ctx)))
+    Ok(Json(status_of(&s.store).await?.health))
 }
 
 /// `pontoon df --json`.

@@ -10,7 +10,11 @@
 //!   and `last` (only each series' last N points). The rates and the
 //!   forecast always come from the whole history.
 //! * `GET /api/v1/endurance` — every OSD's endurance
-//!   ([`crate::endurance::osd_endurance`]) against its rating.
+//!   ([`crate::endurance::osd_endurance`]) against its rating, as
+//!   `pontoon osd endurance --json` prints it.
+//!
+//! The history's JSON here is column by column (what a chart plots);
+//! `pontoon df --history --json` prints rows of points.
 //!
 //! Both read the whole history from etcd at each request
 //! ([`crate::sampler::load_history`]; no cache: a few hundred keys per 64
@@ -91,12 +95,12 @@ pub struct SeriesView {
     pub values: BTreeMap<&'static str, Vec<u64>>,
 }
 
-/// Rates of the counters between a series' last two points.
+/// Rates of the counters over the end of a series ([`RATE_SPAN_SECS`]).
 #[derive(Debug, Serialize, PartialEq)]
 pub struct Rates {
     /// `cluster` or `osd.N`.
     pub id: String,
-    /// Seconds between the two points.
+    /// Seconds the rates are measured over.
     pub over_secs: u64,
     /// When the later point was taken (Unix seconds).
     pub at_unix: u64,
@@ -121,8 +125,8 @@ pub struct HistoryView {
     pub interval_secs: u64,
     /// The series asked for.
     pub series: Vec<SeriesView>,
-    /// The cluster's and each OSD's counter rates over the last sample
-    /// interval.
+    /// The cluster's and each OSD's counter rates over the last
+    /// [`RATE_SPAN_SECS`] (at least the last sample interval).
     pub rates: Vec<Rates>,
     /// When the cluster and the pools fill.
     pub forecast: Forecast,
@@ -165,19 +169,36 @@ fn bad_series(part: &str) -> ApiError {
     ))
 }
 
-/// The rates between the last two points of `s` (an OSD's or the
-/// cluster's series).
+/// The span rates are measured over, at least (the OSDs' counters reach
+/// the manager with their reports, which may lag by 10 s: over a shorter
+/// span a fast sample interval would show bursts and zeros).
+pub const RATE_SPAN_SECS: u64 = 30;
+
+/// The rates over the last [`RATE_SPAN_SECS`] of `s` (an OSD's or the
+/// cluster's series), at least over its last two points; counters that
+/// restarted in between are counted from 0.
 fn rates(id: SeriesId, s: &history::Series) -> Option<Rates> {
     if s.len() < 2 {
         return None;
     }
-    let (t0, prev) = s.point(s.len() - 2);
-    let (t1, cur) = s.point(s.len() - 1);
-    let secs = t1.checked_sub(t0).filter(|d| *d > 0)?;
-    let per = |n: u64| n as f64 / secs as f64;
-    let grew = |m: usize| match id {
-        SeriesId::Osd(_) => per(osd_increase(prev, cur, m)),
-        _ => per(increase(prev[m], cur[m])),
+    let last = s.len() - 1;
+    let t1 = s.times()[last];
+    let first = s
+        .times()
+        .partition_point(|&t| t < t1.saturating_sub(RATE_SPAN_SECS))
+        .min(last - 1);
+    let secs = t1.checked_sub(s.times()[first]).filter(|d| *d > 0)?;
+    let grew = |m: usize| {
+        let total: u64 = (first..last)
+            .map(|i| {
+                let (prev, cur) = (s.point(i).1, s.point(i + 1).1);
+                match id {
+                    SeriesId::Osd(_) => osd_increase(prev, cur, m),
+                    _ => increase(prev[m], cur[m]),
+                }
+            })
+            .sum();
+        total as f64 / secs as f64
     };
     let m = match id {
         SeriesId::Osd(_) => [
@@ -282,25 +303,17 @@ async fn get_history(
     Ok(Json(history_view(&h, &map, &q, unix_now())?))
 }
 
-/// What `GET /api/v1/endurance` answers.
-#[derive(Debug, Serialize)]
-pub struct EnduranceView {
-    /// The manager's clock (Unix seconds).
-    pub now_unix: u64,
-    /// Every OSD in the map.
-    pub osds: Vec<OsdEndurance>,
-}
-
-/// Every OSD's endurance from the history, the reports and the ratings.
+/// Every OSD's endurance from the history, the reports and the ratings:
+/// what `GET /api/v1/endurance` answers (as `pontoon osd endurance
+/// --json` prints it).
 pub fn endurance_view(
     h: &History,
     map: &ClusterMap,
     reports: &[OsdReport],
     rated: &BTreeMap<pontoon_types::OsdId, pontoon_cluster::history::RatedEndurance>,
     now: u64,
-) -> EnduranceView {
-    let osds = map
-        .osds
+) -> Vec<OsdEndurance> {
+    map.osds
         .values()
         .map(|o| {
             let report = reports.iter().find(|r| r.osd == o.id);
@@ -314,14 +327,10 @@ pub fn endurance_view(
                 now,
             )
         })
-        .collect();
-    EnduranceView {
-        now_unix: now,
-        osds,
-    }
+        .collect()
 }
 
-async fn get_endurance(State(s): State<Shared>) -> Result<Json<EnduranceView>, ApiError> {
+async fn get_endurance(State(s): State<Shared>) -> Result<Json<Vec<OsdEndurance>>, ApiError> {
     let (h, map, reports, rated) = tokio::try_join!(
         load_history(&s.store, 0, false),
         s.store.load(),
@@ -394,6 +403,32 @@ mod tests {
     }
 
     #[test]
+    fn rates_span_thirty_seconds_of_fast_samples() {
+        // Sampled every second; the counters move every 10 s (reports).
+        let mut o = Series::of(SeriesId::Osd(1));
+        for i in 0..=60u64 {
+            let mut w = [0u64; 10];
+            w[osd::SINCE] = T0;
+            w[osd::WRITES] = (i / 10) * 1000;
+            o.push(T0 + i, &w);
+        }
+        let r = rates(SeriesId::Osd(1), &o).unwrap();
+        assert_eq!((r.over_secs, r.at_unix), (30, T0 + 60));
+        assert!((r.writes_per_sec - 100.0).abs() < 1e-9, "{r:?}");
+        // A restart within the span counts from 0.
+        let mut o = Series::of(SeriesId::Osd(1));
+        for (i, (since, writes)) in [(T0, 500u64), (T0, 1000), (T0 + 5, 300)].iter().enumerate() {
+            let mut w = [0u64; 10];
+            w[osd::SINCE] = *since;
+            w[osd::WRITES] = *writes;
+            o.push(T0 + 10 * i as u64, &w);
+        }
+        let r = rates(SeriesId::Osd(1), &o).unwrap();
+        assert_eq!(r.over_secs, 20);
+        assert!((r.writes_per_sec - 40.0).abs() < 1e-9, "{r:?}");
+    }
+
+    #[test]
     fn series_selection_and_its_errors() {
         assert!(wanted("cluster,osds", SeriesId::Osd(3)).unwrap());
         assert!(!wanted("cluster,osds", SeriesId::Pool(1)).unwrap());
@@ -412,6 +447,6 @@ mod tests {
         assert!(v.forecast.cluster.is_none());
         assert_eq!(v.interval_secs, 0);
         let e = endurance_view(&h, &ClusterMap::default(), &[], &BTreeMap::new(), T0);
-        assert!(e.osds.is_empty());
+        assert!(e.is_empty());
     }
 }

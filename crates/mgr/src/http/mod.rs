@@ -23,7 +23,9 @@
 //! a body that is not valid JSON or a request that can never succeed as
 //! given, 401 without the token, 404 for an unknown pool, volume, OSD, PG
 //! or endpoint, 405 for a method an endpoint lacks, 409 when the name is
-//! taken or the object is in use, 503 when etcd cannot be reached.
+//! taken or the object is in use, 413 for a change larger than etcd takes
+//! in one transaction (a pool of too many PGs for its limits), 503 when
+//! etcd cannot be reached.
 
 pub mod api;
 pub mod api_history;
@@ -224,7 +226,13 @@ impl From<ClusterError> for ApiError {
         let status = match &e {
             ClusterError::NotFound { .. } => StatusCode::NOT_FOUND,
             ClusterError::AlreadyExists { .. } | ClusterError::InUse { .. } => StatusCode::CONFLICT,
-            ClusterError::InvalidArgument(_) => StatusCode::BAD_REQUEST,
+            ClusterError::InvalidArgument(_)
+            | ClusterError::PgMap(pontoon_cluster::PgMapError::Placement(_)) => {
+                StatusCode::BAD_REQUEST
+            }
+            // More than etcd takes in one transaction (a pool of very
+            // many PGs): the request must shrink, or etcd's limits grow.
+            ClusterError::TooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             ClusterError::Etcd { .. }
             | ClusterError::Unavailable(_)
             | ClusterError::Conflict { .. }
@@ -264,7 +272,15 @@ impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for JsonBody<T> {
                 "the request needs a JSON body (see /api/v1/openapi.json)",
             ));
         }
-        serde_json::from_slice(&bytes)
+        let value: serde_json::Value = serde_json::from_slice(&bytes)
+            .map_err(|e| ApiError::bad_request(format!("invalid JSON body: {e}")))?;
+        // serde takes a struct from an array too; a body is an object.
+        if !value.is_object() {
+            return Err(ApiError::bad_request(
+                "invalid JSON body: expected an object",
+            ));
+        }
+        T::deserialize(value)
             .map(JsonBody)
             .map_err(|e| ApiError::bad_request(format!("invalid JSON body: {e}")))
     }

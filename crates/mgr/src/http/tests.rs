@@ -309,7 +309,7 @@ async fn pools_and_volumes_are_created_resized_and_removed() {
     assert_eq!(v["size_bytes"], 1u64 << 30);
     assert_eq!(v["pool"], "p");
     assert_eq!(v["max_objects"], 256);
-    assert_eq!(v["used_bytes"], Value::Null);
+    assert_eq!(v["used_bytes"], 0);
     let (status, w) = api
         .send(
             "POST",
