@@ -367,7 +367,7 @@ pub fn assess(map: &ClusterMap, reports: &[OsdReport], ctx: &Context) -> Health 
         ));
     }
 
-    checks.sort_by(|a, b| b.severity.cmp(&a.severity));
+    checks.sort_by_key(|c| std::cmp::Reverse(c.severity));
     Health {
         status: checks
             .iter()
