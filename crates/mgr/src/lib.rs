@@ -15,17 +15,17 @@
 
 #![warn(missing_docs)]
 
+pub mod admin;
 pub mod dashboard;
 mod decide;
 pub mod endurance;
 pub mod forecast;
-pub mod history;
-pub mod sampler;
 pub mod health;
-pub mod admin;
+pub mod history;
 pub mod http;
 pub mod listings;
 pub mod metrics;
+pub mod sampler;
 pub mod status;
 
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};

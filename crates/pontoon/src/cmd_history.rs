@@ -160,9 +160,10 @@ fn recent_rates(c: &Series, secs: u64) -> Option<(u64, [f64; 5])> {
     let span = end.checked_sub(start).filter(|s| *s > 0)?;
     let r = rates(SeriesId::Cluster, c);
     let mut sum = [0.0; 5];
-    for i in from + 1..c.len() {
-        let dt = (c.point(i).0 - c.point(i - 1).0) as f64;
-        if let Some(x) = r[i] {
+    let times = c.times();
+    for (w, x) in times[from..].windows(2).zip(&r[from + 1..]) {
+        let dt = (w[1] - w[0]) as f64;
+        if let Some(x) = x {
             for (s, v) in sum.iter_mut().zip(x) {
                 *s += v * dt;
             }

@@ -76,8 +76,12 @@ pub fn run(args: MgrArgs) -> Result<()> {
         cfg.out_after = out_after;
         cfg.history_interval = history_interval;
         let (tx, rx) = tokio::sync::watch::channel(false);
-        let http = pontoon_mgr::http::start(args.http, store.clone(), &cfg.name, rx.clone()).await?;
-        tracing::info!("REST API at http://{}/api/v1/ (`pontoon api token` prints the token)", http.addr);
+        let http =
+            pontoon_mgr::http::start(args.http, store.clone(), &cfg.name, rx.clone()).await?;
+        tracing::info!(
+            "REST API at http://{}/api/v1/ (`pontoon api token` prints the token)",
+            http.addr
+        );
         let mut task = tokio::spawn(pontoon_mgr::run(store, cfg, rx));
         loop {
             tokio::select! {

@@ -163,6 +163,12 @@ pub fn run(args: UpArgs) -> Result<()> {
         .flatten()
         .collect(),
     };
+    for gw in &mut cluster.gateways {
+        if gw.kind == GatewayKind::StandbyMgr {
+            let secs = cluster.history_interval.as_secs();
+            gw.extra = vec!["--history-interval".into(), format!("{secs}s")];
+        }
+    }
     let result = rt.block_on(async {
         let ready = cluster.start(&stop).await;
         match ready {
@@ -316,6 +322,8 @@ struct Gateway {
     kind: GatewayKind,
     addr: SocketAddr,
     child: Option<Child>,
+    /// More arguments (the standby manager's `--history-interval`).
+    extra: Vec<String>,
 }
 
 impl Gateway {
@@ -324,6 +332,7 @@ impl Gateway {
             kind,
             addr,
             child: None,
+            extra: Vec::new(),
         }
     }
 
@@ -353,7 +362,7 @@ impl Gateway {
             GatewayKind::StandbyMgr => "--http",
             _ => "--listen",
         };
-        let args: Vec<String> = vec![
+        let mut args: Vec<String> = vec![
             self.kind.command().into(),
             listen_flag.into(),
             addr.to_string(),
@@ -364,6 +373,7 @@ impl Gateway {
             "--metrics".into(),
             SocketAddr::new(file.listen, 0).to_string(),
         ];
+        args.extend(self.extra.iter().cloned());
         let child = procs::spawn(exe, &args, &log, Attach::Child)?;
         procs::write_pid(&self.pid_file(layout), child.id())?;
         let child = self.child.insert(child);
@@ -449,8 +459,14 @@ impl Cluster {
         let http_stop = rx.clone();
         let task = tokio::spawn(pontoon_mgr::run(store.clone(), mgr_cfg, rx));
         self.mgr = Some((tx, task));
-        let server = start_http(self.http, self.file.http.as_deref(), &store, &mgr_name, http_stop)
-            .await?;
+        let server = start_http(
+            self.http,
+            self.file.http.as_deref(),
+            &store,
+            &mgr_name,
+            http_stop,
+        )
+        .await?;
         self.file.http = Some(format!("http://{}", server.addr));
         self.file.api_token = Some(server.token);
         let me = mgr_name.clone();

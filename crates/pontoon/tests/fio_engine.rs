@@ -108,7 +108,13 @@ fn fio_ok(cmd: &mut Command) -> Vec<(String, Value)> {
     let jobs = report["jobs"].as_array().expect("fio jobs").clone();
     assert!(!jobs.is_empty(), "no jobs in\n{}", r.report());
     for j in &jobs {
-        assert_eq!(j["error"], 0, "fio job {} failed\n{}", j["jobname"], r.report());
+        assert_eq!(
+            j["error"],
+            0,
+            "fio job {} failed\n{}",
+            j["jobname"],
+            r.report()
+        );
     }
     jobs.into_iter()
         .map(|j| (j["jobname"].as_str().unwrap_or_default().to_string(), j))
@@ -154,13 +160,28 @@ fn fio_runs_and_verifies_through_the_pontoon_engine() {
         ok(
             dir,
             &[
-                "pool", "create", pool, "--size", replicas, "--min-size", "1", "--pgs", "16",
-                "--failure-domain", "osd",
+                "pool",
+                "create",
+                pool,
+                "--size",
+                replicas,
+                "--min-size",
+                "1",
+                "--pgs",
+                "16",
+                "--failure-domain",
+                "osd",
             ],
         );
     }
-    ok(dir, &["volume", "create", "v1", "--size", &size, "--pool", "size1"]);
-    ok(dir, &["volume", "create", "v3", "--size", &size, "--pool", "size3"]);
+    ok(
+        dir,
+        &["volume", "create", "v1", "--size", &size, "--pool", "size1"],
+    );
+    ok(
+        dir,
+        &["volume", "create", "v3", "--size", &size, "--pool", "size3"],
+    );
     let cwd = dir.join("fio-cwd");
     std::fs::create_dir_all(&cwd).expect("fio cwd");
     let vols = ["v1", "v3"];
@@ -229,7 +250,11 @@ fn fio_runs_and_verifies_through_the_pontoon_engine() {
         let mut cmd = fio_engine(&engine, &cwd);
         cmd.arg(format!("--pontoon_cluster={}", dir.display()))
             .arg(format!("--rw={rw}"))
-            .args(["--bs=64k", &format!("--offset={offset}"), &format!("--size={len}")])
+            .args([
+                "--bs=64k",
+                &format!("--offset={offset}"),
+                &format!("--size={len}"),
+            ])
             .args(extra);
         for v in vols {
             cmd.args([format!("--name={v}-{rw}"), format!("--filename={v}")]);
@@ -261,10 +286,13 @@ fn fio_runs_and_verifies_through_the_pontoon_engine() {
             ]),
         FIO_LIMIT,
     );
-    assert!(!r.success(), "fio on an unknown volume succeeded\n{}", r.report());
     assert!(
-        r.stderr.contains("cannot open volume 'no-such-volume'")
-            && r.stderr.contains("not found"),
+        !r.success(),
+        "fio on an unknown volume succeeded\n{}",
+        r.report()
+    );
+    assert!(
+        r.stderr.contains("cannot open volume 'no-such-volume'") && r.stderr.contains("not found"),
         "fio's error does not name the missing volume\n{}",
         r.report()
     );
@@ -279,14 +307,15 @@ fn fio_runs_and_verifies_through_the_pontoon_engine() {
         ]),
         FIO_LIMIT,
     );
-    assert!(!r.success(), "fio without a cluster succeeded\n{}", r.report());
+    assert!(
+        !r.success(),
+        "fio without a cluster succeeded\n{}",
+        r.report()
+    );
     assert!(
         r.stderr.contains("cannot connect to cluster"),
         "fio's error does not say it found no cluster\n{}",
         r.report()
     );
-    eprintln!(
-        "total {:?} (engine build {built:?})",
-        started.elapsed()
-    );
+    eprintln!("total {:?} (engine build {built:?})", started.elapsed());
 }

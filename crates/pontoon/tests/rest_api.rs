@@ -590,6 +590,8 @@ fn schemathesis(http: &str, token: &str, dir: &Path) {
              status_code_conformance,content_type_conformance",
         ])
         .args(["--max-examples", "20", "--workers", "1"])
+        // Its example database goes to the cluster's directory, not the source tree.
+        .current_dir(dir)
         .stdin(Stdio::null())
         .output()
         .expect("run schemathesis");
