@@ -3,7 +3,7 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
@@ -66,27 +66,14 @@ pub fn run(args: NbdArgs) -> Result<()> {
         target.name,
         server.local_addr()
     );
-    let host = crate::cmd_osd::local_host_name();
-    let metrics = metrics_addr
-        .map(|addr| {
-            crate::daemon_metrics::DaemonMetrics::start(
-                &target.endpoints,
-                &target.name,
-                pontoon_cluster::daemons::kind::NBD,
-                &crate::daemon_metrics::gateway_name(&host),
-                &host,
-                addr,
-                move |_| crate::daemon_metrics::gateway_render(counters, "nbd"),
-            )
-        })
-        .transpose()?;
-    if let Some(m) = &metrics {
-        println!("nbd: metrics on http://{}/metrics", m.addr());
-    }
-    let stop = Arc::new(AtomicBool::new(false));
-    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
-        signal_hook::flag::register(sig, stop.clone()).context("installing signal handlers")?;
-    }
+    let metrics = crate::daemon_metrics::start_gateway(
+        &target.endpoints,
+        &target.name,
+        pontoon_cluster::daemons::kind::NBD,
+        metrics_addr,
+        counters,
+    )?;
+    let stop = crate::cmd_osd::stop_flag()?;
     while !stop.load(Ordering::Relaxed) {
         std::thread::sleep(Duration::from_millis(100));
     }

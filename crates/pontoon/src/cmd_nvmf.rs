@@ -410,21 +410,13 @@ fn run_gateway(cluster: &ClusterArgs, args: &GatewayArgs) -> Result<()> {
         }
     );
     warn_closed(&served, args.allow_any_host);
-    let host = crate::cmd_osd::local_host_name();
-    let metrics = match metrics_addr
-        .map(|addr| {
-            crate::daemon_metrics::DaemonMetrics::start(
-                &target.endpoints,
-                &target.name,
-                pontoon_cluster::daemons::kind::NVMF,
-                &crate::daemon_metrics::gateway_name(&host),
-                &host,
-                addr,
-                move |_| crate::daemon_metrics::gateway_render(counters, "nvmf"),
-            )
-        })
-        .transpose()
-    {
+    let metrics = match crate::daemon_metrics::start_gateway(
+        &target.endpoints,
+        &target.name,
+        pontoon_cluster::daemons::kind::NVMF,
+        metrics_addr,
+        counters,
+    ) {
         Ok(m) => m,
         Err(e) => {
             let _ = server.stop();
@@ -432,9 +424,6 @@ fn run_gateway(cluster: &ClusterArgs, args: &GatewayArgs) -> Result<()> {
             return Err(e);
         }
     };
-    if let Some(m) = &metrics {
-        println!("nvmf: metrics on http://{}/metrics", m.addr());
-    }
     let mut seen_epoch = feed.epoch();
     while !stop.load(Ordering::Relaxed) {
         let map = feed.wait_newer(seen_epoch, STOP_CHECK);

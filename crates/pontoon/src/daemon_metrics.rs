@@ -167,6 +167,32 @@ pub fn parse_flag(s: &str) -> Result<Option<SocketAddr>> {
     pontoon_metrics::parse_metrics_addr(s).map_err(|e| anyhow!("--metrics: {e}"))
 }
 
+/// Starts a gateway's `/metrics` listener and registry entry on `addr`
+/// (`None`: `--metrics off`), and prints where it listens.
+pub fn start_gateway(
+    endpoints: &[String],
+    cluster: &str,
+    kind: &'static str,
+    addr: Option<SocketAddr>,
+    counters: Arc<GatewayMetrics>,
+) -> Result<Option<DaemonMetrics>> {
+    let Some(addr) = addr else {
+        return Ok(None);
+    };
+    let host = crate::cmd_osd::local_host_name();
+    let m = DaemonMetrics::start(
+        endpoints,
+        cluster,
+        kind,
+        &gateway_name(&host),
+        &host,
+        addr,
+        move |_| gateway_render(counters, kind),
+    )?;
+    println!("{kind}: metrics on http://{}/metrics", m.addr());
+    Ok(Some(m))
+}
+
 /// A gateway's name in the registry: `<host>-<pid>`.
 pub fn gateway_name(host: &str) -> String {
     format!("{host}-{}", std::process::id())
