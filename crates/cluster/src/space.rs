@@ -360,9 +360,10 @@ pub fn space_report(map: &ClusterMap, reports: &[OsdReport]) -> SpaceReport {
 }
 
 /// Raw bytes every pool can still write before the first OSD that takes
-/// PGs reaches `full`: each OSD receives its weight's share of new data,
-/// so the one with the least room per unit of share runs out first.
-fn pool_raw_avail(map: &ClusterMap, by_osd: &BTreeMap<OsdId, &OsdReport>, full: f64) -> u64 {
+/// PGs reaches `full` of its data area: each OSD receives its weight's
+/// share of new data, so the one with the least room per unit of share
+/// runs out first.
+pub fn pool_raw_avail(map: &ClusterMap, by_osd: &BTreeMap<OsdId, &OsdReport>, full: f64) -> u64 {
     let takers: Vec<(u64, &OsdReport)> = map
         .osds
         .values()

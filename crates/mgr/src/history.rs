@@ -528,25 +528,7 @@ pub struct Sample {
 /// first (as `pontoon_cluster::space` computes max avail).
 pub fn raw_room(map: &ClusterMap, reports: &[OsdReport], ratio: f64) -> u64 {
     let by_osd: BTreeMap<_, _> = reports.iter().map(|r| (r.osd, r)).collect();
-    let takers: Vec<(u64, &OsdReport)> = map
-        .osds
-        .values()
-        .filter(|o| o.in_cluster && o.weight > 0)
-        .filter_map(|o| Some((o.weight, *by_osd.get(&o.id)?)))
-        .collect();
-    let total: u64 = takers.iter().map(|(w, _)| *w).sum();
-    if total == 0 {
-        return 0;
-    }
-    takers
-        .iter()
-        .map(|(w, r)| {
-            let limit = (r.capacity_bytes as f64 * ratio) as u64;
-            let room = limit.saturating_sub(r.used_bytes).min(r.free_bytes);
-            (room as f64 * total as f64 / *w as f64) as u64
-        })
-        .min()
-        .unwrap_or(0)
+    pontoon_cluster::space::pool_raw_avail(map, &by_osd, ratio)
 }
 
 /// Takes a sample from the map and the OSDs' reports.
