@@ -15,8 +15,8 @@ use std::future::{Future, poll_fn};
 use std::os::fd::{AsRawFd, RawFd};
 use std::panic::AssertUnwindSafe;
 use std::rc::Rc;
-use std::task::{Poll, Waker};
-use std::time::Duration;
+use std::task::{Context, Poll, Waker};
+use std::time::{Duration, Instant};
 
 use compio::runtime::Runtime;
 use futures::FutureExt;
@@ -47,31 +47,11 @@ struct Shared {
     outstanding: Cell<usize>,
     /// Most requests outstanding at once.
     limit: Cell<usize>,
-    /// The caller blocked in the runtime (poll, close), woken on every
-    /// completion to look again.
-    waiter: RefCell<Option<Waker>>,
 }
 
 impl Shared {
     fn complete(&self, d: Done) {
         self.done.borrow_mut().push_back(d);
-        if let Some(w) = self.waiter.borrow_mut().take() {
-            w.wake();
-        }
-    }
-
-    /// Ready once `cond` holds; re-checked on every completion.
-    fn wait_until<'a>(&'a self, cond: impl Fn() -> bool + 'a) -> impl Future<Output = ()> + 'a {
-        poll_fn(move |cx| {
-            if cond() {
-                return Poll::Ready(());
-            }
-            let mut w = self.waiter.borrow_mut();
-            if !w.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
-                *w = Some(cx.waker().clone());
-            }
-            Poll::Pending
-        })
     }
 }
 
@@ -123,7 +103,6 @@ impl Ctx {
                 done: RefCell::new(VecDeque::with_capacity(limit)),
                 outstanding: Cell::new(0),
                 limit: Cell::new(limit),
-                waiter: RefCell::new(None),
             }),
             poisoned: RefCell::new(None),
             event: RefCell::new(None),
@@ -151,10 +130,55 @@ impl Ctx {
         self.owner.check()
     }
 
-    /// Runs the runtime until `f` is ready.
-    fn block_on<F: Future>(&self, f: F) -> F::Output {
+    /// Runs the runtime until `f` is ready or `deadline` passes (`None`
+    /// then). Unlike `Runtime::block_on`, which waits in the kernel once
+    /// more after the tasks it ran have made `f` ready, it polls `f` after
+    /// every turn of the tasks, so a request costs one wait in the kernel.
+    fn drive<F: Future>(&self, f: F, deadline: Option<Instant>) -> Option<F::Output> {
         let _g = PoisonOnPanic(self);
-        self.rt.block_on(f)
+        let mut f = std::pin::pin!(f);
+        let mut cx = Context::from_waker(Waker::noop());
+        self.rt.enter(|| {
+            loop {
+                if let Poll::Ready(v) = f.as_mut().poll(&mut cx) {
+                    return Some(v);
+                }
+                let more = self.rt.run();
+                if let Poll::Ready(v) = f.as_mut().poll(&mut cx) {
+                    return Some(v);
+                }
+                let left = match deadline {
+                    None => None,
+                    Some(d) => match d.checked_duration_since(Instant::now()) {
+                        Some(left) if !left.is_zero() => Some(left),
+                        _ => return None,
+                    },
+                };
+                let wait = if more {
+                    Some(Duration::ZERO)
+                } else {
+                    match (self.rt.current_timeout(), left) {
+                        (Some(a), Some(b)) => Some(a.min(b)),
+                        (a, b) => a.or(b),
+                    }
+                };
+                self.rt.poll_with(wait);
+            }
+        })
+    }
+
+    /// Runs the runtime until `cond` holds or `deadline` passes.
+    fn drive_until(&self, cond: impl Fn() -> bool, deadline: Option<Instant>) {
+        self.drive(
+            poll_fn(|_| {
+                if cond() {
+                    Poll::Ready(())
+                } else {
+                    Poll::Pending
+                }
+            }),
+            deadline,
+        );
     }
 
     /// Runs what is ready without waiting: tasks, then the I/O and timers
@@ -202,13 +226,8 @@ impl Ctx {
         if need == 0 || timeout == Some(Duration::ZERO) {
             self.drive_once();
         } else if sh.done.borrow().len() < need {
-            let enough = sh.wait_until(|| sh.done.borrow().len() >= need);
-            match timeout {
-                None => self.block_on(enough),
-                Some(d) => self.block_on(async {
-                    let _ = compio::time::timeout(d, enough).await;
-                }),
-            }
+            let deadline = timeout.map(|d| Instant::now() + d);
+            self.drive_until(|| sh.done.borrow().len() >= need, deadline);
         }
         let mut done = sh.done.borrow_mut();
         let n = out.len().min(done.len());
@@ -477,7 +496,9 @@ impl Vol {
             op.validate(&o.vol)?;
             o.vol.clone()
         };
-        let r = ctx.block_on(op.run(vol));
+        let r = ctx
+            .drive(op.run(vol), None)
+            .expect("drive without a deadline returns only once the future is ready");
         ctx.after_call();
         r
     }
@@ -504,7 +525,7 @@ impl Vol {
             open.as_ref().ok_or_else(ebadf)?.inflight.clone()
         };
         if ctx.poisoned.borrow().is_none() && inflight.get() > 0 {
-            ctx.block_on(ctx.shared.wait_until(|| inflight.get() == 0));
+            ctx.drive_until(|| inflight.get() == 0, None);
         }
         let gone = self.open.borrow_mut().take();
         ctx.rt.enter(|| drop(gone));

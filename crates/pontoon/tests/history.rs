@@ -28,7 +28,7 @@ const MIB: u64 = 1 << 20;
 /// Written per step, logical (3 copies).
 const STEP: u64 = 2 * MIB;
 /// Steps, one a second.
-const STEPS: u64 = 40;
+const STEPS: u64 = 24;
 /// Volumes in the memory measurement.
 const VOLUMES: usize = 1000;
 
@@ -345,7 +345,7 @@ fn history_forecast_and_failover_on_a_cluster_sampled_every_second() {
         },
     );
     let rounds = Instant::now();
-    std::thread::sleep(Duration::from_secs(10));
+    std::thread::sleep(Duration::from_secs(4));
     let rss1 = rss_kib(standby);
     println!(
         "manager RSS: {rss0} KiB with {STEPS} volumes, {rss1} KiB with {} volumes in the history after {:.0} s more of sampling every second ({VOLUMES} created in {:.1} s)",
