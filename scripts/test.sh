@@ -5,4 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/deps.sh test
 cargo build --profile ci --workspace --bins --lib
-cargo test --profile ci --workspace -- --test-threads "${PONTOON_TEST_THREADS:-2}"
+# Test binaries two at a time (most of their time is waiting): see
+# scripts/run-tests.py. PONTOON_TEST_JOBS=1 PONTOON_TEST_THREADS=2 runs them
+# as `cargo test -- --test-threads 2` would, one binary at a time.
+exec scripts/run-tests.py --profile ci "$@"

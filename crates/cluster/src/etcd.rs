@@ -350,8 +350,8 @@ impl MapStore {
         let ops: Vec<TxnOp> = keys::MAP_RANGES
             .iter()
             .map(|r| {
-                let opts =
-                    (*r != EPOCH && *r != keys::SETTINGS).then(|| GetOptions::new().with_prefix());
+                // Prefixes end in `/`; the others are single keys.
+                let opts = r.ends_with('/').then(|| GetOptions::new().with_prefix());
                 TxnOp::get(self.key(r), opts)
             })
             .collect();
@@ -1038,11 +1038,24 @@ impl MapStore {
         }
         let mut id = None;
         self.update::<_, ClusterError>(|m| {
+            if let Some(r) = requested_id.filter(|r| m.is_destroyed(*r)) {
+                return Err(ClusterError::InvalidArgument(format!(
+                    "{r} is destroyed: its old device may not come back; give it a new one with `pontoon osd replace {} --device DEV`",
+                    r.0
+                )));
+            }
             match requested_id.and_then(|r| m.osds.get_mut(&r)) {
                 Some(rec) => {
                     if rec.host == host && rec.addrs == addrs && rec.device_bytes == device_bytes {
                         id = Some(rec.id);
                         return Ok(false);
+                    }
+                    // The weight follows the device's size unless an
+                    // operator set it to something else.
+                    if rec.device_bytes != device_bytes
+                        && rec.weight == crate::identity::weight_for_size(rec.device_bytes)
+                    {
+                        rec.weight = weight;
                     }
                     rec.host = host.to_string();
                     rec.addrs.clone_from(&addrs);
@@ -1051,6 +1064,7 @@ impl MapStore {
                 }
                 None => {
                     let new = m.alloc_osd_id(requested_id);
+                    m.created_osds.remove(&new);
                     m.osds.insert(
                         new,
                         OsdRecord {

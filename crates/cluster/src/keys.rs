@@ -46,11 +46,26 @@ pub const NEXT_POOL: &str = "next/pool";
 pub const NEXT_VOLUME: &str = "next/volume";
 /// Key of the cluster-wide settings.
 pub const SETTINGS: &str = "settings";
+/// Key of the cluster's fsid ([`crate::identity`]).
+pub const FSID: &str = "fsid";
+/// Key of the OSD ids handed out to devices not yet run ([`crate::identity`]).
+pub const CREATED_OSDS: &str = "created_osds";
 
-/// The prefixes (and the epoch key) a map load reads; anything else under
-/// the cluster prefix (reports, leader) is not part of the map.
-pub const MAP_RANGES: [&str; 9] = [
-    EPOCH, NEXT, OSDS, ALIVE, POOLS, VOLUMES, PGS, NVMF, SETTINGS,
+/// The prefixes (ending in `/`) and single keys a map load reads;
+/// anything else under the cluster prefix (reports, leader) is not part of
+/// the map.
+pub const MAP_RANGES: [&str; 11] = [
+    EPOCH,
+    NEXT,
+    OSDS,
+    ALIVE,
+    POOLS,
+    VOLUMES,
+    PGS,
+    NVMF,
+    SETTINGS,
+    FSID,
+    CREATED_OSDS,
 ];
 
 /// Whether a relative key belongs to the map (a change to it must reach
@@ -140,6 +155,13 @@ pub fn encode(map: &ClusterMap) -> Result<BTreeMap<String, Vec<u8>>, ClusterErro
         map.next.volume.to_string().into_bytes(),
     );
     out.insert(SETTINGS.to_string(), json(SETTINGS, &map.settings)?);
+    if let Some(fsid) = map.fsid {
+        out.insert(FSID.to_string(), fsid.to_string().into_bytes());
+    }
+    if !map.created_osds.is_empty() {
+        let ids: Vec<u32> = map.created_osds.iter().map(|o| o.0).collect();
+        out.insert(CREATED_OSDS.to_string(), json(CREATED_OSDS, &ids)?);
+    }
     for o in map.osds.values() {
         let k = osd_key(o.id);
         let v = json(&k, o)?;
@@ -214,6 +236,11 @@ pub fn decode<'a>(
             next.volume = parse_num(key, text()?.trim())?;
         } else if key == SETTINGS {
             map.settings = from_json(key, value)?;
+        } else if key == FSID {
+            map.fsid = Some(text()?.parse().map_err(|e| corrupt(key, e))?);
+        } else if key == CREATED_OSDS {
+            let ids: Vec<u32> = from_json(key, value)?;
+            map.created_osds = ids.into_iter().map(OsdId).collect();
         } else if let Some(id) = key.strip_prefix(OSDS) {
             let id = OsdId(parse_num(key, id)?);
             let rec: OsdRecord = from_json(key, value)?;
@@ -286,6 +313,8 @@ mod tests {
         let mut m = ClusterMap::new("c");
         m.epoch = Epoch(12);
         m.settings.full_ratios.full = 0.97;
+        m.fsid = Some("0b5e4d7e-3f0c-4c1e-9a57-2d1c0e8f6a11".parse().unwrap());
+        m.created_osds.insert(OsdId(5));
         m.next = NextIds {
             osd: 3,
             pool: 2,
@@ -355,6 +384,7 @@ mod tests {
                         acting: vec![OsdId(1)],
                     }],
                     scrub_request: None,
+                    upmap_items: Vec::new(),
                 },
             );
         }

@@ -18,6 +18,7 @@
 //! |---|---|
 //! | `epoch` | the map epoch, decimal |
 //! | `next/osd`, `next/pool`, `next/volume` | id counters, decimal; ids are never reused |
+//! | `fsid`, `created_osds` | the cluster's unique id; OSD ids given to devices not yet run ([`identity`]) |
 //! | `osds/<id>` | [`OsdRecord`] |
 //! | `alive/<id>` | liveness marker, attached to the OSD's lease ([`OsdLease`]) |
 //! | `pools/<id>` | [`PoolRecord`] |
@@ -29,6 +30,7 @@
 //! | `history/<tier>/<start>/<group>` | capacity history chunks, binary ([`history`]; not part of the map) |
 //! | `endurance/<osd>` | an OSD's rated endurance ([`history::RatedEndurance`]; not part of the map) |
 //! | `config/api_token` | the REST API token ([`config`]; not part of the map) |
+//! | `mgr/balancer` | the balancer's latest round ([`balancer::BalancerStatus`]; not part of the map) |
 //!
 //! PGs are stored in chunks rather than one key each because etcd accepts
 //! at most 128 operations per transaction by default, and one OSD failing
@@ -60,18 +62,23 @@
 
 #![warn(missing_docs)]
 
+pub mod balancer;
 pub mod config;
 pub mod daemons;
 pub mod etcd;
 pub mod history;
+pub mod identity;
 pub mod keys;
 pub mod lease;
 pub mod model;
+pub mod osd_admin;
 pub mod pgmap;
+pub mod runtime_config;
 pub mod space;
 pub mod testkit;
 
 pub use etcd::{MapStore, Updated};
+pub use identity::{ClusterFsid, weight_for_size};
 pub use lease::{Leadership, OsdLease};
 pub use model::{
     ClusterMap, ClusterSettings, DEFAULT_OBJECT_SIZE, FailureDomain, MAX_NAME_LEN,

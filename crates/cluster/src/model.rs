@@ -158,6 +158,13 @@ pub struct ClusterSettings {
     /// Deep-scrub every PG this often, in seconds (0: only on request).
     #[serde(default = "default_deep_scrub_interval")]
     pub deep_scrub_interval_secs: u64,
+    /// The upmap balancer's settings (see [`crate::balancer`]).
+    #[serde(default)]
+    pub balancer: crate::balancer::BalancerSettings,
+    /// OSD flags, hosts in maintenance, destroyed OSDs, out-after, the
+    /// minimum in ratio and the recovery throttles (see [`crate::osd_admin`]).
+    #[serde(default)]
+    pub osd: crate::osd_admin::OsdSettings,
 }
 
 impl Default for ClusterSettings {
@@ -165,6 +172,8 @@ impl Default for ClusterSettings {
         Self {
             full_ratios: FullRatios::default(),
             deep_scrub_interval_secs: default_deep_scrub_interval(),
+            balancer: Default::default(),
+            osd: Default::default(),
         }
     }
 }
@@ -437,6 +446,11 @@ pub struct PgRecord {
     /// The latest scrub an operator asked for.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub scrub_request: Option<ScrubRequest>,
+    /// The balancer's exceptions to straw2 for this PG, already applied
+    /// to `up` by [`recompute`](crate::recompute); those that stop
+    /// applying are dropped there.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub upmap_items: Vec<crate::balancer::UpmapItem>,
 }
 
 impl PgRecord {
@@ -772,6 +786,12 @@ pub struct ClusterMap {
     pub nvmf: BTreeMap<String, NvmfSubsystemRecord>,
     /// Cluster-wide settings.
     pub settings: ClusterSettings,
+    /// The cluster's unique id, recorded in every OSD's device header
+    /// (see [`crate::identity`]); `None` until first asked for.
+    pub fsid: Option<crate::identity::ClusterFsid>,
+    /// OSD ids handed out to devices (`pontoon osd create`) whose OSD has
+    /// not registered yet.
+    pub created_osds: BTreeSet<OsdId>,
 }
 
 impl ClusterMap {
@@ -1020,6 +1040,10 @@ struct ClusterMapRepr {
     nvmf: Vec<NvmfSubsystemRecord>,
     #[serde(default)]
     settings: ClusterSettings,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    fsid: Option<crate::identity::ClusterFsid>,
+    #[serde(default, with = "ids::osd_ids", skip_serializing_if = "Vec::is_empty")]
+    created_osds: Vec<OsdId>,
 }
 
 impl Serialize for ClusterMap {
@@ -1035,6 +1059,8 @@ impl Serialize for ClusterMap {
             next: self.next,
             nvmf: self.nvmf.values().cloned().collect(),
             settings: self.settings.clone(),
+            fsid: self.fsid,
+            created_osds: self.created_osds.iter().copied().collect(),
         }
         .serialize(s)
     }
@@ -1054,6 +1080,8 @@ impl<'de> Deserialize<'de> for ClusterMap {
             next: r.next,
             nvmf: r.nvmf.into_iter().map(|s| (s.nqn.clone(), s)).collect(),
             settings: r.settings,
+            fsid: r.fsid,
+            created_osds: r.created_osds.into_iter().collect(),
         })
     }
 }
@@ -1130,6 +1158,10 @@ mod tests {
                     deep: true,
                     epoch: Epoch(5),
                 }),
+                upmap_items: vec![crate::balancer::UpmapItem {
+                    from: OsdId(2),
+                    to: OsdId(3),
+                }],
             },
         );
         let nqn = "nqn.2024-01.io.pontoon:vm1";

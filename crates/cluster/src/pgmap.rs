@@ -2,7 +2,9 @@
 //! runs whenever OSDs, liveness or pools change.
 //!
 //! For every PG of every pool, `up` is placement over the OSDs that are in
-//! and have weight, and `acting` is `up` filtered to the alive OSDs, in the
+//! and have weight, with the balancer's exceptions (the PG's
+//! [`upmap_items`](PgRecord::upmap_items)) applied where they still
+//! apply, and `acting` is `up` filtered to the alive OSDs, in the
 //! same order (so the primary is the best-ranked live OSD). When `acting`
 //! changes the PG enters a new *interval*, numbered by the epoch the change is
 //! committed at, and the previous acting set is kept as a [`PastInterval`]
@@ -12,12 +14,13 @@
 //!
 //! No I/O, clock or randomness here: identical inputs give identical tables.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
-use pontoon_placement::{OsdSpec, PlacementError, PlacementMap};
+use pontoon_placement::{BalanceOptions, OsdSpec, PlacementError, PlacementMap, Upmap};
 use pontoon_types::{Epoch, OsdId, PgId};
 
-use crate::model::{ClusterMap, OsdReport, PastInterval, PgRecord, PgState};
+use crate::balancer::UpmapItem;
+use crate::model::{ClusterMap, OsdReport, PastInterval, PgRecord, PgState, PoolRecord};
 
 /// What [`recompute`] changed in the PG table.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -78,23 +81,7 @@ pub fn recompute(map: &mut ClusterMap) -> Result<PgChanges, PgMapError> {
             epoch,
         });
     }
-    let specs: Vec<OsdSpec> = map
-        .osds
-        .values()
-        .map(|o| OsdSpec {
-            id: o.id,
-            weight: o.weight,
-            host: o.host.clone(),
-            in_cluster: o.in_cluster,
-        })
-        .collect();
-    // No OSDs, or none eligible: nothing can hold data, every set is empty.
-    let placement = match PlacementMap::new(&specs) {
-        Ok(p) if p.eligible_count() == 0 => None,
-        Ok(p) => Some(p),
-        Err(PlacementError::EmptyCluster | PlacementError::NoEligibleOsd) => None,
-        Err(e) => return Err(e.into()),
-    };
+    let placement = placement_map(map)?;
 
     let mut changes = PgChanges::default();
     let wanted: BTreeSet<PgId> = map
@@ -118,18 +105,13 @@ pub fn recompute(map: &mut ClusterMap) -> Result<PgChanges, PgMapError> {
         changes.removed.push(pg);
     }
 
-    let mut up = Vec::new();
     for pool in map.pools.values() {
-        let rule = pool.rule();
-        for index in 0..pool.pgs {
+        let (sets, items) = place_pool(placement.as_ref(), pool, &map.pgs)?;
+        for (index, (up, upmap_items)) in (0..pool.pgs).zip(sets.into_iter().zip(items)) {
             let pg = PgId {
                 pool: pool.id,
                 index,
             };
-            match &placement {
-                Some(p) => p.place_into(&rule, index, &mut up)?,
-                None => up.clear(),
-            }
             let acting: Vec<OsdId> = up
                 .iter()
                 .copied()
@@ -141,19 +123,24 @@ pub fn recompute(map: &mut ClusterMap) -> Result<PgChanges, PgMapError> {
                         pg,
                         PgRecord {
                             pg,
-                            up: up.clone(),
+                            up,
                             acting,
                             interval: epoch,
                             past_intervals: Vec::new(),
                             scrub_request: None,
+                            upmap_items,
                         },
                     );
                     changes.changed.push(pg);
                 }
                 Some(rec) => {
                     let acting_changed = rec.acting != acting;
-                    if !acting_changed && rec.up == up {
+                    let upmaps_changed = rec.upmap_items != upmap_items;
+                    if !acting_changed && rec.up == up && !upmaps_changed {
                         continue;
+                    }
+                    if upmaps_changed {
+                        rec.upmap_items = upmap_items;
                     }
                     if acting_changed {
                         let old_acting = std::mem::replace(&mut rec.acting, acting);
@@ -167,7 +154,7 @@ pub fn recompute(map: &mut ClusterMap) -> Result<PgChanges, PgMapError> {
                         changes.new_intervals.push(pg);
                     }
                     if rec.up != up {
-                        rec.up.clone_from(&up);
+                        rec.up = up;
                     }
                     changes.changed.push(pg);
                 }
@@ -175,6 +162,83 @@ pub fn recompute(map: &mut ClusterMap) -> Result<PgChanges, PgMapError> {
         }
     }
     Ok(changes)
+}
+
+/// Placement over the map's OSDs; `None` when there are none or none is
+/// eligible (in, with weight): nothing can hold data, every set is empty.
+pub fn placement_map(map: &ClusterMap) -> Result<Option<PlacementMap>, PlacementError> {
+    let specs: Vec<OsdSpec> = map
+        .osds
+        .values()
+        .map(|o| OsdSpec {
+            id: o.id,
+            weight: o.weight,
+            host: o.host.clone(),
+            in_cluster: o.in_cluster,
+        })
+        .collect();
+    match PlacementMap::new(&specs) {
+        Ok(p) if p.eligible_count() == 0 => Ok(None),
+        Ok(p) => Ok(Some(p)),
+        Err(PlacementError::EmptyCluster | PlacementError::NoEligibleOsd) => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+/// Every PG's up set of `pool`, the balancer's exceptions applied, and the
+/// exceptions still in force per PG: straw2's placement on `placement`
+/// (empty sets when nothing is eligible), then each PG's
+/// [`upmap_items`](PgRecord::upmap_items) from `pgs` where they still
+/// apply (see [`PlacementMap::apply_upmaps`]). An exception whose `from`
+/// straw2 no longer chooses, while its replica is still in the PG's
+/// current up set, is rebased onto the OSD straw2 now chooses instead, so
+/// that the replica stays where it is ([`PlacementMap::balance`] with no
+/// new moves).
+pub fn place_pool(
+    placement: Option<&PlacementMap>,
+    pool: &PoolRecord,
+    pgs: &BTreeMap<PgId, PgRecord>,
+) -> Result<(Vec<Vec<OsdId>>, Vec<Vec<UpmapItem>>), PlacementError> {
+    let n = pool.pgs as usize;
+    let Some(p) = placement else {
+        return Ok((vec![Vec::new(); n], vec![Vec::new(); n]));
+    };
+    let rule = pool.rule();
+    let raw = p.place_pool(&rule, pool.pgs)?;
+    let first = PgId::new(pool.id.0, 0);
+    let mine = || {
+        pgs.range(first..)
+            .take_while(|(pg, _)| pg.pool == pool.id && pg.index < pool.pgs)
+    };
+    let given: Vec<Upmap> = mine()
+        .flat_map(|(pg, rec)| {
+            rec.upmap_items.iter().map(move |u| Upmap {
+                pg: *pg,
+                from: u.from,
+                to: u.to,
+            })
+        })
+        .collect();
+    if given.is_empty() {
+        return Ok((raw, vec![Vec::new(); n]));
+    }
+    let mut current: Vec<Vec<OsdId>> = vec![Vec::new(); n];
+    for (pg, rec) in mine() {
+        current[pg.index as usize].clone_from(&rec.up);
+    }
+    let none = BalanceOptions {
+        max_moves: 0,
+        ..BalanceOptions::default()
+    };
+    let b = p.balance(&rule, &raw, &given, Some(&current), &none)?;
+    let mut items: Vec<Vec<UpmapItem>> = vec![Vec::new(); n];
+    for u in b.upmaps {
+        items[u.pg.index as usize].push(UpmapItem {
+            from: u.from,
+            to: u.to,
+        });
+    }
+    Ok((b.acting, items))
 }
 
 /// Drops all past intervals of `pg` if `clean_at` is its current interval:
@@ -456,6 +520,105 @@ mod tests {
         let good = report(primary, rec.interval, PgState::ActiveClean);
         assert_eq!(trim_clean_pgs(&mut m, &[good]), vec![pg]);
         assert!(m.pgs[&pg].past_intervals.is_empty());
+    }
+
+    fn item(from: u32, to: u32) -> UpmapItem {
+        UpmapItem {
+            from: OsdId(from),
+            to: OsdId(to),
+        }
+    }
+
+    #[test]
+    fn upmap_items_are_applied_to_up_and_dropped_once_they_stop_applying() {
+        let mut m = cluster(6, 16, 3);
+        bump(&mut m);
+        recompute(&mut m).unwrap();
+        let pg = PgId::new(1, 0);
+        let before = m.pgs[&pg].clone();
+        let from = before.up[1];
+        let to = (0..6).map(OsdId).find(|o| !before.up.contains(o)).unwrap();
+        bump(&mut m);
+        m.pgs.get_mut(&pg).unwrap().upmap_items = vec![item(from.0, to.0)];
+        let ch = recompute(&mut m).unwrap();
+        assert_eq!(ch.changed, vec![pg]);
+        assert_eq!(ch.new_intervals, vec![pg]);
+        let rec = &m.pgs[&pg];
+        let mut want = before.up.clone();
+        want[1] = to;
+        assert_eq!(rec.up, want);
+        assert_eq!(rec.acting, want);
+        assert_eq!(rec.upmap_items, vec![item(from.0, to.0)]);
+        // Stable: nothing more to do.
+        bump(&mut m);
+        assert!(recompute(&mut m).unwrap().is_empty());
+
+        // `to` goes out: the exception is dropped, straw2's choice is back.
+        bump(&mut m);
+        m.osds.get_mut(&to).unwrap().in_cluster = false;
+        recompute(&mut m).unwrap();
+        let rec = &m.pgs[&pg];
+        assert!(rec.upmap_items.is_empty());
+        assert_eq!(rec.up, before.up);
+    }
+
+    #[test]
+    fn malformed_or_foreign_upmap_items_are_dropped() {
+        let mut m = cluster(4, 8, 2);
+        bump(&mut m);
+        recompute(&mut m).unwrap();
+        let pg = PgId::new(1, 3);
+        let up = m.pgs[&pg].up.clone();
+        let outside = (0..4).find(|o| !up.contains(&OsdId(*o))).unwrap();
+        bump(&mut m);
+        m.pgs.get_mut(&pg).unwrap().upmap_items = vec![
+            item(up[0].0, 99),      // unregistered OSD
+            item(outside, up[0].0), // `from` not chosen by straw2
+            item(up[1].0, up[0].0), // `to` already in the set
+        ];
+        let ch = recompute(&mut m).unwrap();
+        assert_eq!(ch.changed, vec![pg]);
+        assert!(ch.new_intervals.is_empty());
+        assert!(m.pgs[&pg].upmap_items.is_empty());
+        assert_eq!(m.pgs[&pg].up, up);
+    }
+
+    #[test]
+    fn an_exception_whose_from_straw2_drops_is_rebased_so_its_replica_stays() {
+        let base = cluster(6, 64, 3);
+        let mut grown = base.clone();
+        grown.osds.insert(OsdId(6), osd(6, "h2"));
+        let (mut m6, mut m7) = (base, grown);
+        for m in [&mut m6, &mut m7] {
+            bump(m);
+            recompute(m).unwrap();
+        }
+        // A PG from which the new OSD displaces a member `a`.
+        let (pg, a) = m6
+            .pgs
+            .values()
+            .find_map(|r| {
+                let now = &m7.pgs[&r.pg].up;
+                r.up.iter().find(|o| !now.contains(o)).map(|a| (r.pg, *a))
+            })
+            .expect("osd.6 takes some PG");
+        let b = (0..6)
+            .map(OsdId)
+            .find(|o| !m6.pgs[&pg].up.contains(o) && !m7.pgs[&pg].up.contains(o))
+            .unwrap();
+        bump(&mut m6);
+        m6.pgs.get_mut(&pg).unwrap().upmap_items = vec![item(a.0, b.0)];
+        recompute(&mut m6).unwrap();
+        let held: BTreeSet<OsdId> = m6.pgs[&pg].up.iter().copied().collect();
+        assert!(held.contains(&b));
+        // osd.6 joins: straw2 swaps `a` for osd.6, the exception follows.
+        bump(&mut m6);
+        m6.osds.insert(OsdId(6), osd(6, "h2"));
+        m6.alive.insert(OsdId(6));
+        recompute(&mut m6).unwrap();
+        let rec = &m6.pgs[&pg];
+        assert_eq!(rec.upmap_items, vec![item(6, b.0)]);
+        assert_eq!(rec.up.iter().copied().collect::<BTreeSet<_>>(), held);
     }
 
     /// One change to the cluster between two recomputes.

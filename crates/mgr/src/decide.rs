@@ -155,15 +155,19 @@ pub struct Manager {
     out_after: Duration,
     down_seen: BTreeMap<OsdId, Instant>,
     alive_seen: BTreeMap<OsdId, Instant>,
+    /// Down OSDs due to go out that are kept in, and why (logged once).
+    kept_in: BTreeMap<OsdId, String>,
 }
 
 impl Manager {
-    /// A manager marking OSDs out after `out_after` down.
+    /// A manager marking OSDs out after `out_after` down, unless the map
+    /// sets its own out-after (`pontoon config set out_after`).
     pub fn new(out_after: Duration) -> Self {
         Self {
             out_after,
             down_seen: BTreeMap::new(),
             alive_seen: BTreeMap::new(),
+            kept_in: BTreeMap::new(),
         }
     }
 
@@ -178,9 +182,13 @@ impl Manager {
     ///   there, report unreachable is held down (once it has been alive
     ///   for [`HOLD_AFTER_ALIVE`]); it is released when none reports it.
     /// - Liveness: not alive ⇒ down, with a timer from when this manager
-    ///   first saw it so; down at least `out_after` ⇒ out; alive again ⇒
-    ///   up, and in again if it went out while down (an OSD that is out
-    ///   but never went down was taken out by an operator and stays out).
+    ///   first saw it so; down at least the out-after (the map's, else
+    ///   this manager's) ⇒ out, unless `noout` is set or its host is in
+    ///   maintenance, or fewer than `min_in_ratio` of the OSDs are in
+    ///   (counted before marking it, as Ceph does; destroyed OSDs are not
+    ///   counted and never held back); alive again ⇒ up, and in again if
+    ///   it went out while down (an OSD that is out but never went down was
+    ///   taken out by an operator and stays out; a destroyed one stays out).
     /// - Then the PG table is recomputed and past intervals of PGs whose
     ///   primary reports them clean in their current interval are dropped.
     pub fn pass(
@@ -192,6 +200,15 @@ impl Manager {
     ) -> Result<Vec<Decision>, PgMapError> {
         let mut out = Vec::new();
         let reported = reported_unreachable(map, reports);
+        let out_after = map.settings.osd.out_after(self.out_after);
+        let min_in_ratio = map.settings.osd.min_in_ratio;
+        let (mut in_count, counted) = map.in_counts();
+        let destroyed = map.settings.osd.destroyed.clone();
+        let noout: BTreeMap<OsdId, String> = map
+            .osds
+            .keys()
+            .filter_map(|o| Some((*o, map.noout_reason(*o)?)))
+            .collect();
         let alive = map.alive.clone();
         self.alive_seen.retain(|o, _| alive.contains(o));
         for o in &alive {
@@ -218,15 +235,18 @@ impl Manager {
             }
         }
         for osd in map.osds.values_mut() {
+            let is_destroyed = destroyed.contains(&osd.id);
             if alive.contains(&osd.id) {
                 let seen = self.down_seen.remove(&osd.id);
+                self.kept_in.remove(&osd.id);
                 if osd.down_since_unix.take().is_some() {
                     out.push(Decision::Up {
                         osd: osd.id,
                         down_secs: seen.map_or(0, |s| now.saturating_duration_since(s).as_secs()),
                     });
-                    if !osd.in_cluster {
+                    if !osd.in_cluster && !is_destroyed {
                         osd.in_cluster = true;
+                        in_count += 1;
                         out.push(Decision::In { osd: osd.id });
                     }
                 }
@@ -241,15 +261,45 @@ impl Manager {
                 });
             }
             let down = now.saturating_duration_since(seen);
-            if osd.in_cluster && down >= self.out_after {
-                osd.in_cluster = false;
-                out.push(Decision::Out {
-                    osd: osd.id,
-                    down_secs: down.as_secs(),
-                });
+            if osd.in_cluster && down >= out_after {
+                let held = if is_destroyed {
+                    None
+                } else {
+                    noout.get(&osd.id).cloned().or_else(|| {
+                        crate::flags::min_in_holds(in_count, counted, min_in_ratio).then(|| {
+                            format!(
+                                "only {in_count} of {counted} OSDs are in (min_in_ratio {min_in_ratio})"
+                            )
+                        })
+                    })
+                };
+                match held {
+                    Some(why) => {
+                        if self.kept_in.get(&osd.id) != Some(&why) {
+                            tracing::info!(
+                                "{} has been down {}s but stays in: {why}",
+                                osd.id,
+                                down.as_secs()
+                            );
+                            self.kept_in.insert(osd.id, why);
+                        }
+                    }
+                    None => {
+                        self.kept_in.remove(&osd.id);
+                        osd.in_cluster = false;
+                        if !is_destroyed {
+                            in_count = in_count.saturating_sub(1);
+                        }
+                        out.push(Decision::Out {
+                            osd: osd.id,
+                            down_secs: down.as_secs(),
+                        });
+                    }
+                }
             }
         }
         self.down_seen.retain(|o, _| map.osds.contains_key(o));
+        self.kept_in.retain(|o, _| map.osds.contains_key(o));
         out.extend(update_fullness(map, reports));
         let changes = recompute(map)?;
         if !changes.is_empty() {

@@ -367,6 +367,7 @@ pub fn assess(map: &ClusterMap, reports: &[OsdReport], ctx: &Context) -> Health 
         ));
     }
 
+    checks.extend(crate::flags::health_checks(map));
     checks.sort_by_key(|c| std::cmp::Reverse(c.severity));
     Health {
         status: checks
@@ -449,6 +450,7 @@ mod tests {
                     interval: Epoch(3),
                     past_intervals: vec![],
                     scrub_request: None,
+                    upmap_items: Vec::new(),
                 },
             );
         }

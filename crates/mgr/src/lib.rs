@@ -9,16 +9,19 @@
 //! which commits (and bumps the epoch) only when something changed, and
 //! only while this manager still holds the leader lease. See
 //! [`Manager::pass`] for the rules: held down on peers' reports, down, out
-//! after [`MgrConfig::out_after`] on this manager's monotonic clock, up and
+//! after the out-after (the map's, else [`MgrConfig::out_after`]) on this
+//! manager's monotonic clock unless `noout` or maintenance holds it, up and
 //! in again, acting sets recomputed, past intervals trimmed once a PG is
 //! clean. The simulator runs the same [`Manager`].
 
 #![warn(missing_docs)]
 
 pub mod admin;
+pub mod balancer;
 pub mod dashboard;
 mod decide;
 pub mod endurance;
+pub mod flags;
 pub mod forecast;
 pub mod health;
 pub mod history;
@@ -41,7 +44,8 @@ pub use decide::{Decision, MIN_REPORTERS, Manager};
 pub struct MgrConfig {
     /// This candidate's name, stored in `mgr/leader` while it leads.
     pub name: String,
-    /// How long an OSD may be down before it is marked out.
+    /// How long an OSD may be down before it is marked out, unless the
+    /// map sets it (`pontoon config set out_after`), which wins.
     pub out_after: Duration,
     /// TTL of the leader lease, in seconds: how long the cluster is without
     /// a manager after the active one dies.
@@ -52,8 +56,10 @@ pub struct MgrConfig {
     pub history_interval: Duration,
 }
 
-/// Default time an OSD may be down before it is marked out.
-pub const DEFAULT_OUT_AFTER: Duration = Duration::from_secs(30);
+/// Default time an OSD may be down before it is marked out, when the map
+/// sets none (`pontoon config set out_after`): ten minutes, as Ceph.
+pub const DEFAULT_OUT_AFTER: Duration =
+    Duration::from_secs(pontoon_cluster::osd_admin::DEFAULT_OUT_AFTER_SECS);
 /// Default TTL of the leader lease, in seconds.
 pub const DEFAULT_LEASE_TTL_SECS: u64 = 5;
 /// Default longest pause between two passes.
@@ -158,6 +164,7 @@ async fn lead(
     tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
     // Loads the history this term continues at its first tick.
     let mut sampler = sampler::Sampler::new(cfg.history_interval);
+    let mut balancer = balancer::Balancer::new();
     loop {
         tokio::select! {
             _ = stopped(stop) => return,
@@ -184,7 +191,26 @@ async fn lead(
             }
             Err(e) => tracing::warn!("manager pass failed: {e}"),
         }
+        if balancer.due(Instant::now(), &map.settings.balancer) {
+            let round =
+                balancer::run_round(store, leader, &mut balancer, &cfg.name, norebalance).await;
+            match round {
+                Ok(_) => {}
+                Err(ClusterError::NotLeader) => {
+                    tracing::warn!(name = %cfg.name, "no longer the manager leader");
+                    return;
+                }
+                Err(e) => tracing::warn!("balancer round failed: {e}"),
+            }
+        }
     }
+}
+
+/// Whether the map's `norebalance` flag holds the balancer back.
+fn norebalance(map: &pontoon_cluster::ClusterMap) -> bool {
+    map.settings
+        .osd
+        .has(pontoon_cluster::osd_admin::OsdFlag::Norebalance)
 }
 
 /// One pass: read the reports, decide, commit if anything changed, log.

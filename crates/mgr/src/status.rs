@@ -24,12 +24,18 @@ pub struct Status {
     pub health: Health,
     /// Cluster name.
     pub cluster: String,
+    /// The cluster's fsid, as OSD devices record it (none until the first
+    /// OSD is created).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fsid: Option<String>,
     /// Map epoch.
     pub epoch: u64,
     /// The active manager, if any.
     pub manager: Option<String>,
     /// OSD counts and list.
     pub osds: OsdSummary,
+    /// OSD flags, hosts in maintenance, destroyed OSDs.
+    pub flags: crate::flags::FlagsView,
     /// Number of pools.
     pub pools: usize,
     /// Number of volumes.
@@ -116,6 +122,10 @@ pub struct OsdView {
     pub held_down: bool,
     /// Peers it cannot reach by heartbeat, from its last report.
     pub unreachable: Vec<u32>,
+    /// Destroyed: its id awaits a replacement drive.
+    pub destroyed: bool,
+    /// Why it is not marked out while down (`noout`, host maintenance).
+    pub noout: Option<String>,
 }
 
 /// PG counts.
@@ -267,11 +277,14 @@ pub fn summarize_with(map: &ClusterMap, reports: &[OsdReport], ctx: &Context) ->
                 .get(&o.id)
                 .map(|r| r.unreachable.iter().map(|p| p.0).collect())
                 .unwrap_or_default(),
+            destroyed: map.is_destroyed(o.id),
+            noout: map.noout_reason(o.id),
         })
         .collect();
     Status {
         health: health::assess(map, reports, ctx),
         cluster: map.name.clone(),
+        fsid: map.fsid.map(|f| f.to_string()),
         epoch: map.epoch.0,
         manager,
         osds: OsdSummary {
@@ -280,6 +293,7 @@ pub fn summarize_with(map: &ClusterMap, reports: &[OsdReport], ctx: &Context) ->
             r#in: list.iter().filter(|o| o.r#in).count(),
             list,
         },
+        flags: crate::flags::view(map),
         pools: map.pools.len(),
         volumes: map.volumes.len(),
         pgs: PgSummary {
@@ -386,6 +400,11 @@ pub fn render(s: &Status) -> String {
         if o.held_down {
             notes.push_str("  held down: unreachable from its peers");
         }
+        if o.destroyed {
+            notes.push_str("  destroyed");
+        } else if !o.up && o.r#in && o.noout.is_some() {
+            notes.push_str("  noout");
+        }
         if !o.unreachable.is_empty() {
             let peers: Vec<String> = o.unreachable.iter().map(|p| format!("osd.{p}")).collect();
             notes.push_str(&format!("  cannot reach {}", peers.join(", ")));
@@ -399,6 +418,7 @@ pub fn render(s: &Status) -> String {
             o.addrs.join(","),
         ));
     }
+    out.extend(crate::flags::render_lines(&s.flags));
     if !s.daemons.is_empty() {
         out.push(pontoon_cluster::daemons::summary_line(
             &s.daemons,
@@ -510,6 +530,7 @@ mod tests {
                     interval: Epoch(5),
                     past_intervals: vec![],
                     scrub_request: None,
+                    upmap_items: Vec::new(),
                 },
             );
         }

@@ -8,7 +8,7 @@
 //! charge is clamped to the limit), so it waits but never deadlocks.
 //! [`Permit`]s are released on drop, wherever the request ends.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
 use std::future::{Future, poll_fn};
 use std::pin::Pin;
@@ -17,7 +17,7 @@ use std::task::{Context, Poll, Waker};
 
 /// Requests and bytes in flight on one connection, with their limits.
 pub struct Budget {
-    max_requests: usize,
+    max_requests: Cell<usize>,
     max_bytes: usize,
     state: RefCell<State>,
 }
@@ -44,7 +44,7 @@ impl Budget {
     /// `max_bytes` bytes.
     pub fn new(max_requests: usize, max_bytes: usize) -> Rc<Self> {
         Rc::new(Self {
-            max_requests: max_requests.max(1),
+            max_requests: Cell::new(max_requests.max(1)),
             max_bytes,
             state: RefCell::default(),
         })
@@ -63,7 +63,28 @@ impl Budget {
     }
 
     fn fits(&self, st: &State, bytes: usize) -> bool {
-        st.requests < self.max_requests && st.bytes.saturating_add(bytes) <= self.max_bytes
+        st.requests < self.max_requests.get() && st.bytes.saturating_add(bytes) <= self.max_bytes
+    }
+
+    /// Changes the request limit (at least 1). Requests holding a permit
+    /// keep it; a raised limit admits waiters at once, a lowered one holds
+    /// them until enough permits are released.
+    pub fn set_max_requests(&self, max_requests: usize) {
+        let max_requests = max_requests.max(1);
+        if self.max_requests.replace(max_requests) >= max_requests {
+            return;
+        }
+        let front = {
+            let mut st = self.state.borrow_mut();
+            if self.fits(&st, 0) {
+                st.wake_front()
+            } else {
+                None
+            }
+        };
+        if let Some(w) = front {
+            w.wake();
+        }
     }
 
     /// Waits (first come, first served) until one more request charging
@@ -252,6 +273,28 @@ mod tests {
         drop(small);
         assert!(third.as_mut().poll(&mut cx).is_ready());
         assert_eq!(b.in_flight(), 0);
+    }
+
+    #[test]
+    fn the_request_limit_changes_live() {
+        let b = Budget::new(1, 100);
+        let p1 = b.acquire(0).now_or_never().unwrap();
+        let mut waiting = Box::pin(b.acquire(0));
+        let w = futures::task::noop_waker();
+        let mut cx = Context::from_waker(&w);
+        assert!(waiting.as_mut().poll(&mut cx).is_pending());
+        b.set_max_requests(2);
+        let Poll::Ready(p2) = waiting.as_mut().poll(&mut cx) else {
+            panic!("a raised limit admits the waiter")
+        };
+        b.set_max_requests(1);
+        assert!(b.acquire(0).now_or_never().is_none(), "2 held, limit 1");
+        drop(p1);
+        assert!(b.acquire(0).now_or_never().is_none(), "1 held, limit 1");
+        drop(p2);
+        assert!(b.acquire(0).now_or_never().is_some());
+        b.set_max_requests(0);
+        assert!(b.acquire(0).now_or_never().is_some(), "at least 1");
     }
 
     #[test]

@@ -1,11 +1,10 @@
-//! The OSD process: opens (or formats) the device, starts one thread per
+//! The OSD process: locks the device, works out which OSD it is (formatting
+//! a new file; see [`crate::identity`]), starts one thread per
 //! shard with its own io_uring runtime, store slice and TCP port, and runs
 //! the control loop ([`crate::control`]) on a tokio thread against etcd:
 //! registration, the liveness lease, maps to the shards, reports.
 
-use std::fs::File;
 use std::net::{IpAddr, SocketAddr};
-use std::os::fd::AsRawFd;
 use std::path::PathBuf;
 use std::rc::Rc;
 use std::sync::Arc;
@@ -20,7 +19,7 @@ use pontoon_cluster::{
     ClusterMap, MapStore, OsdLease, OsdReport, PgReport, PgScrubReport, PgState,
 };
 use pontoon_net::Limits;
-use pontoon_store::{FileDevice, FormatOptions, Store};
+use pontoon_store::{FileDevice, Store};
 use pontoon_types::{Epoch, OsdId};
 
 use crate::control::{self, Exit, MapSource, ShardSet};
@@ -59,6 +58,15 @@ pub struct OsdConfig {
     /// Where `/metrics` listens (port 0: a free port); `None`: no metrics
     /// and no per-I/O counting.
     pub metrics: Option<SocketAddr>,
+    /// The ports the shards may listen on: each takes the lowest free one
+    /// (shards start one after another); `None`: any free port.
+    pub shard_ports: Option<std::ops::RangeInclusive<u16>>,
+    /// The write-buffer device holding the journal, when it is not on the
+    /// data device (used when formatting, needed on every open after).
+    pub journal: Option<PathBuf>,
+    /// Called once, when the OSD is registered and its shards serve
+    /// (systemd's readiness notification).
+    pub on_serving: Option<fn(OsdId)>,
 }
 
 /// Why the OSD could not start or stopped.
@@ -82,6 +90,13 @@ pub enum OsdError {
     /// lease and must exit.
     #[error("{0}")]
     Failed(String),
+    /// The device is in use by another process.
+    #[error(transparent)]
+    Lock(#[from] crate::device_lock::LockError),
+    /// The device belongs to another OSD or cluster, holds other data, or
+    /// could not be formatted for this one.
+    #[error("{0}")]
+    Identity(String),
 }
 
 enum Cmd {
@@ -107,8 +122,31 @@ pub fn run(cfg: OsdConfig, stop: Arc<AtomicBool>) -> Result<OsdId, OsdError> {
     };
     // Held until the process exits: no second OSD process on this device,
     // which is also what makes revoking a previous life's lease safe.
-    let _lock = lock_device(&cfg).map_err(dev_err)?;
-    let slices = prepare_device(&cfg).map_err(dev_err)?;
+    let lock = crate::device_lock::DeviceLock::acquire(&cfg.device, cfg.create_size)?;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| OsdError::Thread(format!("control runtime: {e}")))?;
+    let store = rt
+        .block_on(MapStore::connect(&cfg.etcd, &cfg.cluster))
+        .map_err(|e| OsdError::Cluster(e.to_string()))?;
+    // Which OSD the device is (a new file given a size is formatted).
+    let may_format = cfg.create_size.is_some() && !lock.is_block_device();
+    let layout = crate::identity::NewDevice {
+        slices: cfg.shards,
+        journal: cfg.journal.as_deref(),
+    };
+    let claimed = rt
+        .block_on(crate::identity::claim_for_run(
+            &store,
+            &lock,
+            &cfg.cluster,
+            cfg.id,
+            may_format,
+            layout,
+        ))
+        .map_err(OsdError::Identity)?;
+    let slices = claimed.slices;
     let mut shards = Vec::new();
     for i in 0..slices {
         shards.push(start_shard(&cfg, i, slices).map_err(OsdError::Thread)?);
@@ -119,13 +157,18 @@ pub fn run(cfg: OsdConfig, stop: Arc<AtomicBool>) -> Result<OsdId, OsdError> {
         txs: shards.iter().map(|s| s.tx.clone()).collect(),
         deadlines: shards.iter().map(|s| s.deadline.clone()).collect(),
     };
-    let device_bytes = pontoon_store::device::device_size(&cfg.device)
+    let device_bytes = lock
+        .size()
         .map_err(|e| dev_err(format!("cannot read its size: {e}")))?;
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| OsdError::Thread(format!("control runtime: {e}")))?;
-    let result = rt.block_on(control(&cfg, addrs, device_bytes, &set, &stop));
+    let result = rt.block_on(control(
+        &cfg,
+        claimed.id,
+        store,
+        addrs,
+        device_bytes,
+        &set,
+        &stop,
+    ));
     for s in shards {
         let _ = s.tx.unbounded_send(Cmd::Stop);
         if s.thread.join().is_err() {
@@ -135,56 +178,39 @@ pub fn run(cfg: OsdConfig, stop: Arc<AtomicBool>) -> Result<OsdId, OsdError> {
     result
 }
 
-/// Locks the device (creating the file first if asked) so that no other
-/// process runs an OSD on it; the lock lasts as long as the returned file.
-fn lock_device(cfg: &OsdConfig) -> Result<File, String> {
-    if !cfg.device.exists() {
-        let size = cfg
-            .create_size
-            .ok_or("does not exist (give a size to create it)")?;
-        FileDevice::create_file(&cfg.device, size).map_err(|e| format!("creating: {e}"))?;
-    }
-    let f = File::open(&cfg.device).map_err(|e| format!("opening: {e}"))?;
-    // SAFETY: flock on a descriptor this function owns.
-    let r = unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
-    if r != 0 {
-        let e = std::io::Error::last_os_error();
-        return Err(if e.raw_os_error() == Some(libc::EWOULDBLOCK) {
-            "another process has it open as an OSD".to_string()
-        } else {
-            format!("locking: {e}")
-        });
-    }
-    Ok(f)
+/// Opens the OSD's write-buffer (journal) device, if it has one.
+fn open_journal(journal: Option<&PathBuf>) -> Result<Option<FileDevice>, String> {
+    journal
+        .map(|j| {
+            FileDevice::open(j)
+                .map_err(|e| format!("opening the journal device {}: {e}", j.display()))
+        })
+        .transpose()
 }
 
-/// Creates and formats the device if needed; returns its slice count.
-fn prepare_device(cfg: &OsdConfig) -> Result<u32, String> {
-    if !cfg.device.exists() {
-        let size = cfg
-            .create_size
-            .ok_or("does not exist (give a size to create it)")?;
-        FileDevice::create_file(&cfg.device, size).map_err(|e| format!("creating: {e}"))?;
-    }
-    let rt = compio::runtime::Runtime::new().map_err(|e| format!("io_uring: {e}"))?;
-    rt.block_on(async {
-        let dev = FileDevice::open(&cfg.device).map_err(|e| format!("opening: {e}"))?;
-        match pontoon_store::read_header(&dev, None).await {
-            Ok(h) => Ok(h.slices),
-            Err(pontoon_store::StoreError::NotFormatted(_)) => {
-                let opts = FormatOptions {
-                    slices: cfg.shards.max(1),
-                    ..Default::default()
-                };
-                Store::format(&dev, None, &opts)
-                    .await
-                    .map_err(|e| format!("formatting: {e}"))?;
-                tracing::info!(device = %cfg.device.display(), slices = opts.slices, "formatted");
-                Ok(opts.slices)
-            }
-            Err(e) => Err(format!("reading its header: {e}")),
+/// Binds a shard's listener on `listen`: the lowest free port of `ports`,
+/// or any free port.
+async fn bind_shard(
+    listen: IpAddr,
+    ports: Option<std::ops::RangeInclusive<u16>>,
+) -> Result<compio::net::TcpListener, String> {
+    let Some(ports) = ports else {
+        return compio::net::TcpListener::bind(SocketAddr::new(listen, 0))
+            .await
+            .map_err(|e| format!("binding {listen}: {e}"));
+    };
+    for port in ports.clone() {
+        match compio::net::TcpListener::bind(SocketAddr::new(listen, port)).await {
+            Ok(l) => return Ok(l),
+            Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => continue,
+            Err(e) => return Err(format!("binding {listen}:{port}: {e}")),
         }
-    })
+    }
+    Err(format!(
+        "no free port in the shard port range {}-{} on {listen}",
+        ports.start(),
+        ports.end()
+    ))
 }
 
 /// Starts shard `index`: opens its slice, binds its port, then waits for
@@ -193,6 +219,8 @@ fn start_shard(cfg: &OsdConfig, index: u32, slices: u32) -> Result<ShardThread, 
     let (tx, mut rx) = mpsc::unbounded::<Cmd>();
     let (ready_tx, ready_rx) = std_mpsc::channel::<Result<SocketAddr, String>>();
     let device = cfg.device.clone();
+    let journal_path = cfg.journal.clone();
+    let ports = cfg.shard_ports.clone();
     let listen = cfg.listen;
     let deadline = LeaseDeadline::fenced(Instant::now());
     let shard_deadline = deadline.clone();
@@ -214,12 +242,11 @@ fn start_shard(cfg: &OsdConfig, index: u32, slices: u32) -> Result<ShardThread, 
             rt.block_on(async move {
                 let opened = async {
                     let dev = FileDevice::open(&device).map_err(|e| e.to_string())?;
-                    let (store, bg) = Store::open(dev, None, index)
+                    let journal = open_journal(journal_path.as_ref())?;
+                    let (store, bg) = Store::open(dev, journal, index)
                         .await
                         .map_err(|e| e.to_string())?;
-                    let listener = compio::net::TcpListener::bind(SocketAddr::new(listen, 0))
-                        .await
-                        .map_err(|e| format!("binding {listen}: {e}"))?;
+                    let listener = bind_shard(listen, ports).await?;
                     let addr = listener.local_addr().map_err(|e| e.to_string())?;
                     Ok::<_, String>((store, bg, listener, addr))
                 };
@@ -292,45 +319,34 @@ fn start_shard(cfg: &OsdConfig, index: u32, slices: u32) -> Result<ShardThread, 
 }
 
 /// Registers the OSD, then runs the control loop against etcd.
+/// `id` is the OSD the device belongs to ([`crate::identity`]).
 async fn control(
     cfg: &OsdConfig,
+    id: OsdId,
+    store: MapStore,
     addrs: Vec<SocketAddr>,
     device_bytes: u64,
     shards: &EtcdShards,
     stop: &AtomicBool,
 ) -> Result<OsdId, OsdError> {
     let cl = |e: pontoon_cluster::ClusterError| OsdError::Cluster(e.to_string());
-    let store = MapStore::connect(&cfg.etcd, &cfg.cluster)
-        .await
-        .map_err(cl)?;
-    if let Some(want) = cfg.id {
-        // Ids are never reused: asking for one the cluster handed out
-        // before (and that is gone) would register a new OSD under another
-        // id. Refuse instead of leaving a stray record behind.
-        let map = store.load().await.map_err(cl)?;
-        let taken_before = map.next.osd > want.0 || map.osds.keys().any(|o| o.0 > want.0);
-        if !map.osds.contains_key(&want) && taken_before {
-            return Err(OsdError::Cluster(format!(
-                "{want} is not registered and its id was handed out before (ids are never reused); \
-                 start without an id to get a new one"
-            )));
-        }
-    }
-    let weight = (device_bytes >> 20).max(1);
+    let weight = pontoon_cluster::weight_for_size(device_bytes);
     let me = store
-        .register_osd(&cfg.host, addrs.clone(), weight, device_bytes, cfg.id)
+        .register_osd(&cfg.host, addrs.clone(), weight, device_bytes, Some(id))
         .await
         .map_err(cl)?;
-    if cfg.id.is_some_and(|want| want != me) {
+    if me != id {
         return Err(OsdError::Cluster(format!(
-            "asked for id {:?} but the cluster registered this OSD as {me}",
-            cfg.id
+            "the device is {id} but the cluster registered this OSD as {me}"
         )));
     }
     tracing::info!(osd = %me, ?addrs, "registered");
     let metrics = start_metrics(cfg, &store, me, device_bytes, shards).await;
     for s in &shards.txs {
         let _ = s.unbounded_send(Cmd::Start(me));
+    }
+    if let Some(serving) = cfg.on_serving {
+        serving(me);
     }
     // Whole seconds, rounded up: a lease is never shorter than asked.
     let ttl = cfg

@@ -73,6 +73,34 @@ pub struct ShardMap {
     pub scrub_requests: FxHashMap<PgId, ScrubRequest>,
     /// Deep-scrub every PG this often (zero: no schedule, requests only).
     pub deep_scrub_interval: Duration,
+    /// Recovery's throttles and the flags that pause it.
+    pub recovery: RecoveryControl,
+}
+
+/// What the map says of background recovery (and backfill, the same
+/// mechanism here): how much of it at once, and whether it waits.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RecoveryControl {
+    /// Objects a shard recovers at once.
+    pub max_active: usize,
+    /// Pause after each object a PG's recovery copies.
+    pub sleep: Duration,
+    /// `norecover`: no background recovery at all.
+    pub norecover: bool,
+    /// `norebalance`: PGs whose every object has all its copies somewhere
+    /// (misplaced, not degraded) are not backfilled.
+    pub norebalance: bool,
+}
+
+impl Default for RecoveryControl {
+    fn default() -> Self {
+        Self {
+            max_active: crate::shard::RECOVERY_SLOTS,
+            sleep: Duration::ZERO,
+            norecover: false,
+            norebalance: false,
+        }
+    }
 }
 
 impl ShardMap {

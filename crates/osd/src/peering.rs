@@ -55,6 +55,18 @@ const EPOCH_AHEAD_TRIES: u32 = 100;
 /// (acknowledged writes) is on every other member of its interval too; a
 /// frozen process must not hold peering up for the whole peer timeout.
 const LEASELESS_MEMBER_WAIT: Duration = Duration::from_secs(1);
+/// How often a PG whose recovery a flag pauses looks at the map again.
+const PAUSED_POLL: Duration = Duration::from_millis(500);
+
+/// What a PG's recovery loop does next.
+enum Step {
+    /// Recover this object.
+    Object(ObjectId),
+    /// A flag pauses recovery: wait.
+    Paused,
+    /// Every object was tried once; some are left.
+    PassDone,
+}
 
 impl<D: BlockDevice + 'static, P: Peers> Shard<D, P> {
     /// Peers `pg` for as long as `generation` is its current life, then
@@ -277,10 +289,15 @@ impl<D: BlockDevice + 'static, P: Peers> Shard<D, P> {
     }
 
     /// Recovers the PG's missing objects in the background, a few at a time
-    /// per shard, until none are left or the interval ends.
+    /// per shard (the map's `recovery_max_active`, pausing the map's
+    /// `recovery_sleep` after each), until none are left or the interval
+    /// ends. While `norecover` is set, or `norebalance` and the PG is only
+    /// misplaced, it waits (objects a client touches are still recovered
+    /// on demand).
     async fn recovery_loop(self: Rc<Self>, pg: PgId, generation: u64) {
         let mut cursor: Option<ObjectId> = None;
         loop {
+            let control = self.map().recovery;
             let next = {
                 let mut pgs = self.pgs.borrow_mut();
                 let Some(p) = pgs.get_mut(&pg).filter(|p| p.generation == generation) else {
@@ -288,29 +305,50 @@ impl<D: BlockDevice + 'static, P: Peers> Shard<D, P> {
                 };
                 if p.missing.is_empty() {
                     p.recovering = false;
+                    p.paused = None;
                     return;
                 }
-                let from = cursor.map_or(std::ops::Bound::Unbounded, std::ops::Bound::Excluded);
-                p.missing
-                    .range((from, std::ops::Bound::Unbounded))
-                    .next()
-                    .map(|(o, _)| *o)
+                let paused = p.pause_for(&control);
+                if paused != p.paused {
+                    tracing::debug!(osd = %self.me, %pg, ?paused, "recovery pause changed");
+                    p.paused = paused;
+                }
+                if paused.is_some() {
+                    Step::Paused
+                } else {
+                    let from = cursor.map_or(std::ops::Bound::Unbounded, std::ops::Bound::Excluded);
+                    p.missing
+                        .range((from, std::ops::Bound::Unbounded))
+                        .next()
+                        .map_or(Step::PassDone, |(o, _)| Step::Object(*o))
+                }
             };
-            let Some(oid) = next else {
-                // A pass ended with objects left (their holders were
-                // unreachable): wait before the next pass.
-                cursor = None;
-                pontoon_rt::sleep(Duration::from_secs(1)).await;
-                continue;
+            let oid = match next {
+                Step::Object(oid) => oid,
+                Step::Paused => {
+                    pontoon_rt::sleep(PAUSED_POLL).await;
+                    continue;
+                }
+                Step::PassDone => {
+                    // A pass ended with objects left (their holders were
+                    // unreachable): wait before the next pass.
+                    cursor = None;
+                    pontoon_rt::sleep(Duration::from_secs(1)).await;
+                    continue;
+                }
             };
             cursor = Some(oid);
             tracing::debug!(%pg, %oid, "recovery: waiting for a slot");
-            let _slot = self.recovery.acquire(0).await;
+            let slot = self.recovery.acquire(0).await;
             tracing::debug!(%pg, %oid, "recovery: waiting for the object lock");
-            let _guard = self.locks.lock(oid).await;
+            let guard = self.locks.lock(oid).await;
             match self.recover_object(pg, generation, oid).await {
                 Ok(()) => tracing::debug!(%pg, %oid, "recovered"),
                 Err(why) => tracing::warn!(%pg, %oid, "recovery failed: {why}"),
+            }
+            drop((guard, slot));
+            if !control.sleep.is_zero() {
+                pontoon_rt::sleep(control.sleep).await;
             }
         }
     }

@@ -8,7 +8,7 @@ use futures::channel::oneshot;
 use futures::future::Shared;
 use pontoon_types::{Epoch, ObjectId, OsdId, PgId, Version};
 
-use crate::map::{PgEntry, PoolParams};
+use crate::map::{PgEntry, PoolParams, RecoveryControl};
 
 /// Where a PG is in its life on this shard.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -96,6 +96,8 @@ pub struct Pg {
     pub recovering: bool,
     /// Why recovery waits (an acting member is too full to take data).
     pub waiting: Option<String>,
+    /// The flag background recovery is paused by, if it is.
+    pub paused: Option<Paused>,
     /// Bumped whenever the interval changes, so tasks of an older one stop.
     pub generation: u64,
     /// Fires when this life of the PG ends.
@@ -119,6 +121,7 @@ impl Pg {
             objects: 0,
             recovering: false,
             waiting: None,
+            paused: None,
             generation,
             end: IntervalEnd::new(),
         }
@@ -164,6 +167,23 @@ impl Pg {
         }
     }
 
+    /// What pauses this PG's background recovery under `rc`, if anything:
+    /// `norecover` always; `norebalance` when the PG is only misplaced
+    /// (full acting set, and every missing object held by at least `size`
+    /// OSDs, the stale new members aside).
+    pub fn pause_for(&self, rc: &RecoveryControl) -> Option<Paused> {
+        if self.missing.is_empty() {
+            return None;
+        }
+        if rc.norecover {
+            return Some(Paused::Norecover);
+        }
+        let size = self.params.size as usize;
+        let misplaced =
+            !self.undersized() && self.missing.values().all(|m| m.holders.len() >= size);
+        (rc.norebalance && misplaced).then_some(Paused::Norebalance)
+    }
+
     /// Fewer acting members than the pool's size.
     fn undersized(&self) -> bool {
         (self.entry.acting.len() as u32) < self.params.size
@@ -186,13 +206,37 @@ impl Pg {
                 } else if !self.missing.is_empty() {
                     s.push_str("+degraded");
                 }
-                if !self.missing.is_empty() {
-                    s.push_str("+recovering");
+                match self.paused {
+                    _ if self.missing.is_empty() => {}
+                    Some(Paused::Norecover) => s.push_str("+recovery_wait"),
+                    Some(Paused::Norebalance) => s = "active+remapped+backfill_wait".into(),
+                    None => s.push_str("+recovering"),
                 }
                 if !self.undersized() && self.missing.is_empty() {
                     s.push_str("+clean");
                 }
                 s
+            }
+        }
+    }
+}
+
+/// A flag that pauses a PG's background recovery.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Paused {
+    /// `norecover` is set.
+    Norecover,
+    /// `norebalance` is set and the PG is only misplaced.
+    Norebalance,
+}
+
+impl Paused {
+    /// Why, in words, for the PG's report.
+    pub fn note(self) -> &'static str {
+        match self {
+            Paused::Norecover => "recovery paused: the norecover flag is set",
+            Paused::Norebalance => {
+                "backfill paused: the norebalance flag is set and every object still has all its copies"
             }
         }
     }
@@ -243,6 +287,44 @@ mod tests {
         assert_eq!(active(3).state_name(), "active+clean");
         assert_eq!(active(2).state_name(), "active+undersized+degraded");
         assert_eq!(active(1).state_name(), "inactive+undersized+degraded");
+    }
+
+    #[test]
+    fn flags_pause_recovery_of_the_pgs_they_name() {
+        let missing = |holders: &[u32]| Missing {
+            version: Version::new(5, 1),
+            holders: holders.iter().copied().map(OsdId).collect(),
+            stale: vec![OsdId(2)],
+        };
+        let norecover = RecoveryControl {
+            norecover: true,
+            ..Default::default()
+        };
+        let norebalance = RecoveryControl {
+            norebalance: true,
+            ..Default::default()
+        };
+        let mut pg = active(3);
+        assert_eq!(pg.pause_for(&norecover), None, "nothing to recover");
+        // Every copy still exists (osd.3 held it before): only misplaced.
+        pg.missing.insert(ObjectId::new(1, 4), missing(&[0, 1, 3]));
+        assert_eq!(pg.pause_for(&RecoveryControl::default()), None);
+        assert_eq!(pg.pause_for(&norecover), Some(Paused::Norecover));
+        assert_eq!(pg.pause_for(&norebalance), Some(Paused::Norebalance));
+        pg.paused = Some(Paused::Norebalance);
+        assert_eq!(pg.state_name(), "active+remapped+backfill_wait");
+        pg.paused = Some(Paused::Norecover);
+        assert_eq!(pg.state_name(), "active+degraded+recovery_wait");
+        pg.paused = None;
+        assert_eq!(pg.state_name(), "active+degraded+recovering");
+        // One object short of copies: degraded, norebalance does not hold it.
+        pg.missing.insert(ObjectId::new(1, 5), missing(&[0, 1]));
+        assert_eq!(pg.pause_for(&norebalance), None);
+        // Nor an undersized PG.
+        let mut short = active(2);
+        short.missing.insert(ObjectId::new(1, 4), missing(&[0, 1, 3]));
+        assert_eq!(short.pause_for(&norebalance), None);
+        assert_eq!(short.pause_for(&norecover), Some(Paused::Norecover));
     }
 
     #[test]

@@ -26,7 +26,8 @@ use crate::pg::{Pg, Phase};
 use crate::reclaim::{Reclaim, ReclaimProgress};
 use crate::scrub::{PgScrub, ScrubBook};
 
-/// Objects recovered at once per shard: recovery must not starve client I/O.
+/// Objects recovered at once per shard unless the map says otherwise
+/// (`recovery_max_active`): recovery must not starve client I/O.
 pub const RECOVERY_SLOTS: usize = 2;
 
 /// One shard of an OSD.
@@ -212,6 +213,7 @@ impl<D: BlockDevice + 'static, P: Peers> Shard<D, P> {
         }
         tracing::debug!(osd = %self.me, epoch = %map.epoch, "applying map");
         *self.map.borrow_mut() = map.clone();
+        self.recovery.set_max_requests(map.recovery.max_active);
         let mut to_peer = Vec::new();
         {
             let mut pgs = self.pgs.borrow_mut();
@@ -266,7 +268,10 @@ impl<D: BlockDevice + 'static, P: Peers> Shard<D, P> {
                 state: pg.state_name(),
                 detail: match &pg.phase {
                     Phase::Incomplete(why) => Some(why.clone()),
-                    _ => pg.waiting.clone(),
+                    _ => pg
+                        .waiting
+                        .clone()
+                        .or_else(|| pg.paused.map(|p| p.note().to_string())),
                 },
                 objects: pg.objects,
                 degraded: pg.degraded(),

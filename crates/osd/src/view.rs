@@ -3,6 +3,7 @@
 use std::time::Duration;
 
 use pontoon_cluster::ClusterMap;
+use pontoon_cluster::osd_admin::OsdFlag;
 
 use crate::map::{PastInterval, PgEntry, PoolParams, ShardMap};
 
@@ -34,6 +35,13 @@ pub fn shard_map(map: &ClusterMap) -> ShardMap {
     }
     m.full_ratios = map.settings.full_ratios;
     m.deep_scrub_interval = Duration::from_secs(map.settings.deep_scrub_interval_secs);
+    let osd = &map.settings.osd;
+    m.recovery = crate::map::RecoveryControl {
+        max_active: osd.recovery_max_active.max(1) as usize,
+        sleep: osd.recovery_sleep(),
+        norecover: osd.has(OsdFlag::Norecover),
+        norebalance: osd.has(OsdFlag::Norebalance),
+    };
     m.alive.extend(map.alive.iter().copied());
     for (id, pg) in &map.pgs {
         if let Some(r) = pg.scrub_request {

@@ -7,7 +7,9 @@
 //! `pontoon`), `$PONTOON_CLUSTER` (a directory) or `$PONTOON_ETCD` (a URL).
 //! `--cluster-name` / `$PONTOON_CLUSTER_NAME` override the file's name.
 //! The file format and that order live in the client library
-//! ([`pontoon_client::locate`]), which the C library shares.
+//! ([`pontoon_client::locate`]), which the C library shares. Last, the
+//! node's configuration file gives `etcd.endpoints` and `cluster_name`
+//! ([`crate::config_file::locate`]).
 
 use std::path::{Path, PathBuf};
 
@@ -45,7 +47,8 @@ pub type Target = locate::Location;
 impl ClusterArgs {
     /// Resolves where the cluster is, without connecting.
     pub fn resolve(&self) -> Result<Target> {
-        locate::resolve(
+        crate::config_file::locate(
+            crate::config_file::get(),
             self.cluster.as_deref(),
             self.etcd.as_deref(),
             self.cluster_name.as_deref(),
@@ -53,7 +56,8 @@ impl ClusterArgs {
         .map_err(|e| match e {
             LocateError::NoCluster => anyhow!(
                 "no cluster given: pass --cluster DIR (a `pontoon up` directory) or --etcd URL, \
-                 or set PONTOON_CLUSTER / PONTOON_ETCD"
+                 set PONTOON_CLUSTER / PONTOON_ETCD, or set etcd.endpoints in {}",
+                crate::config_file::get().path.display()
             ),
             e => e.into(),
         })

@@ -14,28 +14,33 @@ use crate::cmd_osd::{local_host_name, stop_flag};
 /// Arguments of `pontoon mgr`.
 #[derive(Args, Debug)]
 pub struct MgrArgs {
-    /// etcd endpoint(s), comma-separated.
+    /// etcd endpoint(s), comma-separated (default: etcd.endpoints of the
+    /// configuration file).
     #[arg(long, value_name = "URL")]
-    etcd: String,
-    /// Cluster name (the etcd key prefix).
-    #[arg(long, value_name = "NAME", default_value = DEFAULT_CLUSTER_NAME)]
-    cluster_name: String,
+    etcd: Option<String>,
+    /// Cluster name, the etcd key prefix (default: the configuration
+    /// file's, else "pontoon").
+    #[arg(long, value_name = "NAME")]
+    cluster_name: Option<String>,
     /// How long an OSD may be down before it is marked out and its data
-    /// re-replicated elsewhere.
-    #[arg(long, value_name = "DURATION", default_value = "30s")]
+    /// re-replicated elsewhere, while the map sets none (`pontoon config
+    /// set out_after` wins over every manager's flag).
+    #[arg(long, value_name = "DURATION", default_value = "600s")]
     out_after: String,
     /// This manager's name in the election (default: host-pid).
     #[arg(long, value_name = "NAME")]
     name: Option<String>,
     /// Where to serve Prometheus metrics (`GET /metrics`): IP:PORT (port 0
     /// for a free one) or `off`. The active manager adds the cluster-wide
-    /// series.
-    #[arg(long, value_name = "ADDR|off", default_value = "127.0.0.1:0")]
-    metrics: String,
+    /// series. Default: mgr.metrics of the configuration file, else
+    /// 127.0.0.1:0.
+    #[arg(long, value_name = "ADDR|off")]
+    metrics: Option<String>,
     /// Where to serve the REST API (and the dashboard): IP:PORT, port 0
-    /// for a free one. Standby managers serve it too.
-    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:0")]
-    http: std::net::SocketAddr,
+    /// for a free one. Standby managers serve it too. Default: mgr.http of
+    /// the configuration file, else 127.0.0.1:0.
+    #[arg(long, value_name = "ADDR")]
+    http: Option<std::net::SocketAddr>,
     /// How often the active manager samples the capacity history (1s to
     /// 10m; a short one is for tests).
     #[arg(long, value_name = "DURATION", default_value = "60s")]
@@ -46,14 +51,25 @@ pub struct MgrArgs {
 pub fn run(args: MgrArgs) -> Result<()> {
     let out_after = parse_duration(&args.out_after).map_err(|e| anyhow!("--out-after: {e}"))?;
     let history_interval = crate::cmd_history::parse_interval(&args.history_interval)?;
-    let endpoints = split_endpoints(&args.etcd)?;
+    let endpoints = split_endpoints(&crate::config_file::required(
+        "etcd.endpoints",
+        "--etcd",
+        args.etcd.as_deref(),
+    )?)?;
+    let cluster_name = crate::config_file::value(
+        "cluster_name",
+        "--cluster-name",
+        args.cluster_name.as_deref(),
+    )?
+    .unwrap_or_else(|| DEFAULT_CLUSTER_NAME.to_string());
+    let http_addr = crate::config_file::socket_addr("mgr.http", "--http", args.http)?;
     let name = args
         .name
         .unwrap_or_else(|| pontoon_mgr::default_name(&local_host_name()));
     if name.is_empty() || name.len() > pontoon_cluster::MAX_NAME_LEN {
         bail!("--name must be 1-{} bytes", pontoon_cluster::MAX_NAME_LEN);
     }
-    let metrics_addr = crate::daemon_metrics::parse_flag(&args.metrics)?;
+    let metrics_addr = crate::config_file::metrics_addr("mgr.metrics", args.metrics.as_deref())?;
     let stop = stop_flag()?;
     let host = local_host_name();
     let _metrics = metrics_addr
@@ -61,7 +77,7 @@ pub fn run(args: MgrArgs) -> Result<()> {
             let me = name.clone();
             crate::daemon_metrics::DaemonMetrics::start(
                 &endpoints,
-                &args.cluster_name,
+                &cluster_name,
                 pontoon_cluster::daemons::kind::MGR,
                 &name,
                 &host,
@@ -71,17 +87,18 @@ pub fn run(args: MgrArgs) -> Result<()> {
         })
         .transpose()?;
     crate::runtime()?.block_on(async move {
-        let store = MapStore::connect(&endpoints, &args.cluster_name).await?;
+        let store = MapStore::connect(&endpoints, &cluster_name).await?;
         let mut cfg = MgrConfig::new(name);
         cfg.out_after = out_after;
         cfg.history_interval = history_interval;
         let (tx, rx) = tokio::sync::watch::channel(false);
         let http =
-            pontoon_mgr::http::start(args.http, store.clone(), &cfg.name, rx.clone()).await?;
+            pontoon_mgr::http::start(http_addr, store.clone(), &cfg.name, rx.clone()).await?;
         tracing::info!(
             "REST API at http://{}/api/v1/ (`pontoon api token` prints the token)",
             http.addr
         );
+        crate::notify::ready(&format!("manager, REST API at http://{}", http.addr));
         let mut task = tokio::spawn(pontoon_mgr::run(store, cfg, rx));
         loop {
             tokio::select! {

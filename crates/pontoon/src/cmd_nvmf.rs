@@ -53,9 +53,10 @@ impl NvmfArgs {
 /// Settings of the gateway (`pontoon nvmf` with no subcommand).
 #[derive(Args, Debug)]
 pub struct GatewayArgs {
-    /// Address to listen on (NVMe/TCP's port is 4420).
-    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:4420")]
-    pub listen: SocketAddr,
+    /// Address to listen on (NVMe/TCP's port is 4420; default:
+    /// nvmf.listen of the configuration file, else 127.0.0.1:4420).
+    #[arg(long, value_name = "ADDR")]
+    pub listen: Option<SocketAddr>,
     /// Worker threads (each with its own io_uring runtime and connections).
     #[arg(long, value_name = "N", default_value_t = 1)]
     pub workers: usize,
@@ -64,9 +65,10 @@ pub struct GatewayArgs {
     #[arg(long)]
     pub allow_any_host: bool,
     /// Where to serve Prometheus metrics (`GET /metrics`): IP:PORT (port 0
-    /// for a free one) or `off`.
-    #[arg(long, value_name = "ADDR|off", default_value = "127.0.0.1:0")]
-    pub metrics: String,
+    /// for a free one) or `off` (default: nvmf.metrics of the
+    /// configuration file, else 127.0.0.1:0).
+    #[arg(long, value_name = "ADDR|off")]
+    pub metrics: Option<String>,
 }
 
 #[derive(Subcommand, Debug)]
@@ -364,19 +366,20 @@ fn warn_closed(nvmf: &BTreeMap<String, NvmfSubsystemRecord>, allow_any_host: boo
 /// Runs the gateway until SIGINT or SIGTERM.
 fn run_gateway(cluster: &ClusterArgs, args: &GatewayArgs) -> Result<()> {
     let target = cluster.resolve()?;
+    let listen = crate::config_file::socket_addr("nvmf.listen", "--listen", args.listen)?;
+    let metrics_addr = crate::config_file::metrics_addr("nvmf.metrics", args.metrics.as_deref())?;
     let stop = crate::cmd_osd::stop_flag()?;
     let feed = MapFeed::connect(&target.endpoints, &target.name)
         .with_context(|| format!("loading the map of cluster {:?}", target.name))?;
     let mut served = feed.current().nvmf.clone();
     let subsystems = Subsystems::new(target_config(&served));
     let config = TargetConfig {
-        listen: args.listen,
+        listen,
         workers: args.workers.max(1),
         allow_any_host: args.allow_any_host,
         ..Default::default()
     };
     let factory_feed = feed.clone();
-    let metrics_addr = crate::daemon_metrics::parse_flag(&args.metrics)?;
     let counters = pontoon_metrics::GatewayMetrics::new(pontoon_cluster::daemons::kind::NVMF);
     let catalog_counters = counters.clone();
     let server = match pontoon_nvmf::start(
@@ -392,10 +395,7 @@ fn run_gateway(cluster: &ClusterArgs, args: &GatewayArgs) -> Result<()> {
         Ok(s) => s,
         Err(e) => {
             feed.shutdown();
-            return Err(anyhow!(
-                "starting the NVMe/TCP target on {}: {e}",
-                args.listen
-            ));
+            return Err(anyhow!("starting the NVMe/TCP target on {listen}: {e}"));
         }
     };
     println!(
@@ -425,6 +425,7 @@ fn run_gateway(cluster: &ClusterArgs, args: &GatewayArgs) -> Result<()> {
         }
     };
     let mut seen_epoch = feed.epoch();
+    crate::notify::ready(&format!("serving NVMe/TCP on {}", server.local_addr()));
     while !stop.load(Ordering::Relaxed) {
         let map = feed.wait_newer(seen_epoch, STOP_CHECK);
         if map.epoch.0 == seen_epoch {

@@ -15,8 +15,7 @@ use pontoon_osd::daemon::{OsdConfig, run as run_daemon};
 use pontoon_types::OsdId;
 
 use crate::cluster_args::{
-    ClusterArgs, ClusterFile, DEFAULT_CLUSTER_NAME, format_duration, parse_duration,
-    parse_size_arg, split_endpoints,
+    ClusterArgs, ClusterFile, format_duration, parse_duration, parse_size_arg,
 };
 use crate::procs::{self, Attach, Layout};
 
@@ -29,6 +28,10 @@ pub struct OsdArgs {
 
 #[derive(Subcommand, Debug)]
 enum OsdCmd {
+    /// Format a device for this cluster and give it an OSD id; refuses a
+    /// device holding a filesystem, partition table or another cluster's
+    /// data unless --force.
+    Create(crate::cmd_osd_create::OsdCreateArgs),
     /// Run one OSD (one data device) in the foreground until SIGINT/SIGTERM.
     Run(OsdRunArgs),
     /// Start a stopped OSD of a local cluster (`pontoon up`) in the
@@ -38,6 +41,27 @@ enum OsdCmd {
     Out(OsdIdArgs),
     /// Mark an OSD in again.
     In(OsdIdArgs),
+    /// List the OSDs: host, up/down, in/out, weight, reweight, size,
+    /// addresses, flags.
+    Ls(crate::cmd_osd_admin::LsArgs),
+    /// Set an OSD's reweight, 0.0 to 1.0: its weight becomes that share of
+    /// its device's (1.0: full weight, 0: no PGs).
+    Reweight(crate::cmd_osd_admin::ReweightArgs),
+    /// Remove a down, out OSD that no PG needs any more from the map.
+    Rm(crate::cmd_osd_admin::RmArgs),
+    /// Remove a down OSD from the map and from placement in one step, with
+    /// its report, rating and registry entry.
+    Purge(crate::cmd_osd_admin::RemoveArgs),
+    /// Mark a down OSD destroyed: its id and place are kept for a new
+    /// device (`osd replace`), its old device may not come back.
+    Destroy(crate::cmd_osd_admin::RemoveArgs),
+    /// Format a new device for a destroyed OSD's id, to replace a failed
+    /// drive; `osd run --device NEW` runs it and backfill fills it.
+    Replace(crate::cmd_osd_admin::ReplaceArgs),
+    /// Set a cluster-wide OSD flag: noout, norebalance or norecover.
+    Set(crate::cmd_osd_admin::FlagArgs),
+    /// Clear a cluster-wide OSD flag.
+    Unset(crate::cmd_osd_admin::FlagArgs),
     /// Set the fill ratio at which an OSD is reported nearfull (default 0.85).
     SetNearfullRatio(RatioArgs),
     /// Set the fill ratio above which recovery and backfill do not write
@@ -51,6 +75,9 @@ enum OsdCmd {
     Endurance(crate::cmd_endurance::EnduranceArgs),
     /// Set the drive writes per day an OSD's device is rated for.
     SetRatedDwpd(crate::cmd_endurance::RatedDwpdArgs),
+    /// Read an NVMe device's SMART wear (data units written, percentage
+    /// used) on this host; needs no cluster.
+    Smart(crate::cmd_smart::SmartArgs),
 }
 
 /// An OSD to act on.
@@ -114,42 +141,58 @@ fn set_in(a: OsdIdArgs, in_cluster: bool) -> Result<()> {
 /// Arguments of `pontoon osd run`.
 #[derive(Args, Debug)]
 pub struct OsdRunArgs {
-    /// etcd endpoint(s), comma-separated, e.g. http://127.0.0.1:2379.
+    /// etcd endpoint(s), comma-separated, e.g. http://127.0.0.1:2379
+    /// (default: etcd.endpoints of the configuration file).
     #[arg(long, value_name = "URL")]
-    etcd: String,
-    /// Cluster name (the etcd key prefix).
-    #[arg(long, value_name = "NAME", default_value = DEFAULT_CLUSTER_NAME)]
-    cluster_name: String,
+    etcd: Option<String>,
+    /// Cluster name, the etcd key prefix (default: the configuration
+    /// file's, else "pontoon").
+    #[arg(long, value_name = "NAME")]
+    cluster_name: Option<String>,
     /// Data device or file.
     #[arg(long, value_name = "PATH")]
     device: PathBuf,
     /// Create the device file with this size if it does not exist (e.g. 10G).
     #[arg(long, value_name = "SIZE")]
     size: Option<String>,
-    /// OSD id to register as (a new id is allocated if omitted). Pass the
-    /// same id on every restart.
+    /// OSD id. Not needed: a device knows its id (`osd create` records it)
+    /// and one that disagrees is refused. For a new file given --size, the
+    /// id to create it as (else a new one); for a device formatted by an
+    /// older Pontoon, its id, recorded on it at this start.
     #[arg(long, value_name = "N")]
     id: Option<u32>,
     /// Shards (one thread each) when formatting a new device.
     #[arg(long, value_name = "K", default_value_t = 1)]
     shards: u32,
-    /// Address the shards listen on, as clients and other OSDs reach it.
-    #[arg(long, value_name = "IP", default_value = "127.0.0.1")]
-    listen: IpAddr,
+    /// Address the shards listen on, as clients and other OSDs reach it
+    /// (default: osd.listen of the configuration file, else 127.0.0.1).
+    #[arg(long, value_name = "IP")]
+    listen: Option<IpAddr>,
+    /// Ports the shards listen on, e.g. 6800-7300: each takes the next
+    /// free one (default: osd.shard_ports of the configuration file, else
+    /// any free port).
+    #[arg(long, value_name = "FIRST-LAST")]
+    shard_ports: Option<String>,
+    /// Write-buffer device for the journal, instead of the data device:
+    /// used when formatting, needed on every start after (default: the
+    /// configuration file's [osd.journal] entry for --device).
+    #[arg(long, value_name = "PATH")]
+    journal: Option<PathBuf>,
     /// Host name, the unit of the `host` failure domain (default: this
     /// machine's name).
     #[arg(long, value_name = "NAME")]
     host: Option<String>,
     /// Liveness lease TTL: how soon the cluster sees this OSD down after it
     /// dies. An etcd outage of up to 8/10 of it (less a fraction of a
-    /// second) never fences the OSD.
-    #[arg(long, value_name = "DURATION", default_value = "7s")]
-    lease_ttl: String,
+    /// second) never fences the OSD. Default 7s.
+    #[arg(long, value_name = "DURATION")]
+    lease_ttl: Option<String>,
     /// Where to serve Prometheus metrics (`GET /metrics`): IP:PORT, port 0
     /// for a free one (the daemon registry and `pontoon status --json`
-    /// show it), or `off` (no listener, no per-I/O counting).
-    #[arg(long, value_name = "ADDR|off", default_value = "127.0.0.1:0")]
-    metrics: String,
+    /// show it), or `off` (no listener, no per-I/O counting). Default
+    /// 127.0.0.1:0.
+    #[arg(long, value_name = "ADDR|off")]
+    metrics: Option<String>,
 }
 
 /// Arguments of `pontoon osd start`.
@@ -164,18 +207,36 @@ pub struct OsdStartArgs {
     timeout: String,
 }
 
+impl OsdArgs {
+    /// Whether this runs a daemon (`osd run`), which logs what it does;
+    /// one-shot commands log only warnings.
+    pub fn is_daemon(&self) -> bool {
+        matches!(self.cmd, OsdCmd::Run(_) | OsdCmd::Start(_))
+    }
+}
+
 /// Runs `pontoon osd ...`.
 pub fn run(args: OsdArgs) -> Result<()> {
     match args.cmd {
+        OsdCmd::Create(a) => crate::cmd_osd_create::run(a),
         OsdCmd::Run(a) => osd_run(a),
         OsdCmd::Start(a) => osd_start(a),
         OsdCmd::Out(a) => set_in(a, false),
         OsdCmd::In(a) => set_in(a, true),
+        OsdCmd::Ls(a) => crate::cmd_osd_admin::ls(a),
+        OsdCmd::Reweight(a) => crate::cmd_osd_admin::reweight(a),
+        OsdCmd::Rm(a) => crate::cmd_osd_admin::rm(a),
+        OsdCmd::Purge(a) => crate::cmd_osd_admin::purge(a),
+        OsdCmd::Destroy(a) => crate::cmd_osd_admin::destroy(a),
+        OsdCmd::Replace(a) => crate::cmd_osd_admin::replace(a),
+        OsdCmd::Set(a) => crate::cmd_osd_admin::set_flag(a, true),
+        OsdCmd::Unset(a) => crate::cmd_osd_admin::set_flag(a, false),
         OsdCmd::SetNearfullRatio(a) => set_ratio(Ratio::Nearfull, a),
         OsdCmd::SetBackfillfullRatio(a) => set_ratio(Ratio::Backfillfull, a),
         OsdCmd::SetFullRatio(a) => set_ratio(Ratio::Full, a),
         OsdCmd::Endurance(a) => crate::cmd_endurance::run(a),
         OsdCmd::SetRatedDwpd(a) => crate::cmd_endurance::set_rated(a),
+        OsdCmd::Smart(a) => crate::cmd_smart::run(a),
     }
 }
 
@@ -230,11 +291,19 @@ fn osd_run(a: OsdRunArgs) -> Result<()> {
     if !(1..=MAX_SHARDS).contains(&a.shards) {
         bail!("--shards {} must be between 1 and {MAX_SHARDS}", a.shards);
     }
-    let lease_ttl = parse_duration(&a.lease_ttl).map_err(|e| anyhow!("--lease-ttl: {e}"))?;
-    if lease_ttl < Duration::from_secs(1) {
-        bail!("--lease-ttl must be at least 1s");
-    }
-    let host = a.host.unwrap_or_else(local_host_name);
+    let set = crate::config_file::osd_run(&crate::config_file::OsdRunFlags {
+        device: &a.device,
+        etcd: a.etcd.as_deref(),
+        cluster_name: a.cluster_name.as_deref(),
+        listen: a.listen,
+        host: a.host.as_deref(),
+        lease_ttl: a.lease_ttl.as_deref(),
+        metrics: a.metrics.as_deref(),
+        shard_ports: a.shard_ports.as_deref(),
+        journal: a.journal.as_deref(),
+    })?;
+    let lease_ttl = set.lease_ttl;
+    let host = set.host.unwrap_or_else(local_host_name);
     if !pontoon_cluster::is_valid_name(&host) {
         bail!("host name {host:?} must be 1-128 characters of [A-Za-z0-9._-]");
     }
@@ -243,13 +312,15 @@ fn osd_run(a: OsdRunArgs) -> Result<()> {
         device: a.device,
         create_size,
         shards: a.shards,
-        listen: a.listen,
+        listen: set.listen,
         host,
-        etcd: split_endpoints(&a.etcd)?,
-        cluster: a.cluster_name,
+        etcd: set.etcd,
+        cluster: set.cluster_name,
         lease_ttl,
-        metrics: pontoon_metrics::parse_metrics_addr(&a.metrics)
-            .map_err(|e| anyhow!("--metrics: {e}"))?,
+        metrics: set.metrics,
+        shard_ports: set.shard_ports,
+        journal: set.journal,
+        on_serving: Some(|id| crate::notify::ready(&format!("{id} serving"))),
     };
     let stop = stop_flag()?;
     let id = run_daemon(cfg, stop)?;

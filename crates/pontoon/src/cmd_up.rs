@@ -69,7 +69,9 @@ pub struct UpArgs {
     #[arg(long, value_name = "DURATION")]
     lease_ttl: Option<String>,
     /// How long an OSD may be down before it is marked out and its data
-    /// re-replicated (default 30s, or as last time).
+    /// re-replicated (default 600s, or as last time). Written to the map
+    /// when given, and for a new cluster; `pontoon config set out_after`
+    /// changes it later.
     #[arg(long, value_name = "DURATION")]
     out_after: Option<String>,
     /// Cluster name (default "pontoon", or as last time).
@@ -149,6 +151,7 @@ pub fn run(args: UpArgs) -> Result<()> {
             args.history_interval.as_deref().unwrap_or("60s"),
         )?,
         rated_dwpd: args.rated_dwpd,
+        out_after_given: args.out_after.is_some(),
         gateways: [
             args.nbd.map(|a| Gateway::new(GatewayKind::Nbd, a)),
             args.nvmf.map(|a| Gateway::new(GatewayKind::Nvmf, a)),
@@ -233,7 +236,7 @@ fn settings(args: &UpArgs, prev: Option<&ClusterFile>) -> Result<ClusterFile> {
         "--out-after",
         &args.out_after,
         prev.map(|p| p.out_after),
-        30,
+        pontoon_cluster::osd_admin::DEFAULT_OUT_AFTER_SECS,
     )?;
     Ok(ClusterFile {
         cluster_name: name,
@@ -272,6 +275,8 @@ struct Cluster {
     history_interval: Duration,
     /// `--rated-dwpd`, set on every OSD at start.
     rated_dwpd: Option<f64>,
+    /// `--out-after` was given: it replaces the map's out-after.
+    out_after_given: bool,
     /// The gateways asked for (NBD, NVMe/TCP), started after the manager.
     gateways: Vec<Gateway>,
 }
@@ -446,6 +451,12 @@ impl Cluster {
             self.start_osd(&exe, &store, id, stop).await?;
         }
         self.wait_alive(&store, stop).await?;
+        crate::cmd_config_cluster::seed_out_after(
+            &store,
+            self.file.out_after,
+            self.out_after_given,
+        )
+        .await?;
         // The manager starts once every OSD is alive: a restarted cluster
         // then finds the acting sets it left, with no interval changes.
         let mut mgr_cfg = MgrConfig::new(pontoon_mgr::default_name(&self.file.host));

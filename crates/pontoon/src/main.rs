@@ -8,26 +8,38 @@
 
 mod cluster_args;
 mod cmd_api;
+mod cmd_balancer;
 mod cmd_bench;
+mod cmd_config;
+mod cmd_config_cluster;
+mod cmd_config_show;
 mod cmd_demo;
 mod cmd_df;
 mod cmd_endurance;
+mod cmd_gen;
 mod cmd_health;
 mod cmd_history;
+mod cmd_host;
 mod cmd_mgr;
 mod cmd_nbd;
 mod cmd_nvmf;
 mod cmd_osd;
+mod cmd_osd_admin;
+mod cmd_osd_create;
 mod cmd_pg;
 mod cmd_pool;
+mod cmd_smart;
 mod cmd_status;
 mod cmd_up;
 mod cmd_vhost;
 mod cmd_volume;
+mod config_file;
 mod cpu;
 mod daemon_metrics;
 mod fio;
 mod load;
+mod logging;
+mod notify;
 mod nvmf_bench;
 mod procs;
 mod store_bench;
@@ -39,6 +51,14 @@ use clap::{Parser, Subcommand};
 #[derive(Parser)]
 #[command(name = "pontoon", version, about, long_about = None)]
 struct Cli {
+    /// The configuration file (default /etc/pontoon/pontoon.toml)
+    /// [env: PONTOON_CONFIG]
+    #[arg(long, global = true, value_name = "PATH")]
+    config: Option<std::path::PathBuf>,
+    /// Log lines as text or json (default: log_format of the
+    /// configuration file, else text) [env: PONTOON_LOG_FORMAT]
+    #[arg(long, global = true, value_name = "text|json")]
+    log_format: Option<String>,
     #[command(subcommand)]
     command: Command,
 }
@@ -50,7 +70,8 @@ enum Command {
     Demo(cmd_demo::DemoArgs),
     /// Run a whole local cluster (etcd, manager, OSDs on files) in the foreground.
     Up(cmd_up::UpArgs),
-    /// Run or start an OSD.
+    /// Run, start, list and maintain OSDs (create, out/in, reweight, rm,
+    /// purge, destroy, replace, set/unset flags).
     Osd(cmd_osd::OsdArgs),
     /// Run the manager (leader-elected) in the foreground.
     Mgr(cmd_mgr::MgrArgs),
@@ -60,6 +81,8 @@ enum Command {
     Pool(cmd_pool::PoolArgs),
     /// List PGs and scrub them on request.
     Pg(cmd_pg::PgArgs),
+    /// The upmap balancer: status, on, off, and a score of the PG spread.
+    Balancer(cmd_balancer::BalancerArgs),
     /// Create, list, inspect, resize and remove volumes.
     Volume(cmd_volume::VolumeArgs),
     /// Show the cluster's OSDs, PG states and recovery.
@@ -83,6 +106,16 @@ enum Command {
     StoreBench(store_bench::StoreBenchArgs),
     /// Measure how long a store holding many objects takes to open.
     StoreStartup(store_startup::StoreStartupArgs),
+    /// Settings: the cluster's runtime settings (`set`, `get`, `ls`) and
+    /// this node's effective configuration (`show`).
+    Config(cmd_config::ConfigArgs),
+    /// The hosts OSDs run on, and their maintenance mode.
+    Host(cmd_host::HostArgs),
+    /// Print a shell completion script (bash, zsh, fish, ...).
+    Completion(cmd_gen::CompletionArgs),
+    /// Write the man pages into a directory.
+    #[command(hide = true)]
+    Manpages(cmd_gen::ManpagesArgs),
 }
 
 /// A single-threaded tokio runtime for a command's control-plane work.
@@ -95,21 +128,24 @@ pub(crate) fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
 
 fn main() {
     let cli = Cli::parse();
+    let config = match config_file::init(cli.config.clone(), cli.log_format.clone())
+        .and_then(|c| c.setting("log_format", None))
+    {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            std::process::exit(1);
+        }
+    };
     // Daemons log what they do; one-shot commands only warnings.
     let default_filter = match &cli.command {
         Command::Up(_) => "warn,pontoon_mgr=info",
-        Command::Osd(_) | Command::Mgr(_) | Command::Nbd(_) | Command::Vhost(_) => "info",
+        Command::Osd(a) if a.is_daemon() => "info",
+        Command::Mgr(_) | Command::Nbd(_) | Command::Vhost(_) => "info",
         Command::Nvmf(a) if a.is_gateway() => "info",
         _ => "warn",
     };
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("PONTOON_LOG")
-                .unwrap_or_else(|_| default_filter.into()),
-        )
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
+    logging::init(default_filter, config.value.as_deref() == Some("json"));
     let r = match cli.command {
         Command::Demo(a) => cmd_demo::run(a),
         Command::Up(a) => cmd_up::run(a),
@@ -118,6 +154,7 @@ fn main() {
         Command::Api(a) => cmd_api::run(a),
         Command::Pool(a) => cmd_pool::run(a),
         Command::Pg(a) => cmd_pg::run(a),
+        Command::Balancer(a) => cmd_balancer::run(a),
         Command::Volume(a) => cmd_volume::run(a),
         Command::Status(a) => cmd_status::run(a),
         Command::Health(a) => cmd_health::run(a),
@@ -129,6 +166,10 @@ fn main() {
         Command::Bench(a) => cmd_bench::run(a),
         Command::StoreBench(a) => store_bench::run(a),
         Command::StoreStartup(a) => store_startup::run(a),
+        Command::Config(a) => cmd_config::run(a),
+        Command::Host(a) => cmd_host::run(a),
+        Command::Completion(a) => cmd_gen::completion(a, <Cli as clap::CommandFactory>::command()),
+        Command::Manpages(a) => cmd_gen::manpages(a, <Cli as clap::CommandFactory>::command()),
     };
     if let Err(e) = r {
         eprintln!("error: {e:#}");

@@ -75,6 +75,8 @@ fn backfill_and_recovery_wait_at_backfillfull_and_say_so() {
         .expect("tempdir");
     let dir = tmp.path().canonicalize().expect("canonical tempdir");
     let _up = Up::start_sized(&dir, OSDS as usize, "512M", &[]);
+    // Placement must stay put between the measurements.
+    ok(&dir, &["balancer", "off"]);
     eprintln!("cluster up after {:?}", started.elapsed());
     ok(&dir, &["pool", "create", "p", "--size", "3", "--pgs", "16"]);
     ok(&dir, &["volume", "create", "v", "--size", "64M"]);

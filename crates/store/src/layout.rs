@@ -18,8 +18,14 @@ use pontoon_types::{BLOCK_SIZE, BLOCK_SIZE_U64};
 use crate::error::{Result, StoreError};
 use pontoon_types::codec::{Decoder, Encoder, crc_with_zeroed_field};
 
-const DEVICE_MAGIC: &[u8; 8] = b"PNTNSTOR";
+/// The first 8 bytes of every Pontoon device.
+pub const DEVICE_MAGIC: &[u8; 8] = b"PNTNSTOR";
+/// Version 1. The OSD identity was appended to it later: headers written
+/// before hold zeros there, which read as "no identity", so old devices
+/// still open (and get an identity recorded on their next start with an id).
 const FORMAT_VERSION: u32 = 1;
+/// Longest cluster name an identity records (the cluster's own limit).
+pub const MAX_IDENTITY_NAME: usize = 128;
 const CRC_FIELD: usize = 4092;
 
 /// Bytes a checkpoint needs per object header (oid, version, run count).
@@ -63,6 +69,19 @@ impl Default for FormatOptions {
     }
 }
 
+/// Which OSD of which cluster a data device belongs to, recorded in its
+/// header when it is formatted for a cluster.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OsdIdentity {
+    /// The cluster's fsid.
+    pub cluster_fsid: u128,
+    /// The cluster's name when the device was formatted (for messages;
+    /// the fsid is what is compared). At most [`MAX_IDENTITY_NAME`] bytes.
+    pub cluster_name: String,
+    /// The OSD's id.
+    pub osd: u32,
+}
+
 /// The header at block 0 of every Pontoon device.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct DeviceHeader {
@@ -83,6 +102,9 @@ pub struct DeviceHeader {
     pub peer_uuid: u128,
     /// Largest object in bytes.
     pub object_size: u64,
+    /// The cluster and OSD a data device was formatted for; `None` for a
+    /// device formatted outside a cluster or before identities existed.
+    pub identity: Option<OsdIdentity>,
 }
 
 impl DeviceHeader {
@@ -99,6 +121,21 @@ impl DeviceHeader {
         e.u8(self.journal_external as u8);
         e.u128(self.peer_uuid);
         e.u64(self.object_size);
+        match &self.identity {
+            None => e.u8(0),
+            Some(id) => {
+                let mut n = id.cluster_name.len().min(MAX_IDENTITY_NAME);
+                while !id.cluster_name.is_char_boundary(n) {
+                    n -= 1;
+                }
+                let name = &id.cluster_name.as_bytes()[..n];
+                e.u8(1);
+                e.u128(id.cluster_fsid);
+                e.u32(id.osd);
+                e.u8(name.len() as u8);
+                e.bytes(name);
+            }
+        }
         let crc = crc_with_zeroed_field(&b, CRC_FIELD);
         b[CRC_FIELD..].copy_from_slice(&crc.to_le_bytes());
         b
@@ -138,6 +175,32 @@ impl DeviceHeader {
             journal_external: d.u8().map_err(trunc)? != 0,
             peer_uuid: d.u128().map_err(trunc)?,
             object_size: d.u64().map_err(trunc)?,
+            identity: match d.u8().map_err(trunc)? {
+                0 => None,
+                1 => {
+                    let cluster_fsid = d.u128().map_err(trunc)?;
+                    let osd = d.u32().map_err(trunc)?;
+                    let len = usize::from(d.u8().map_err(trunc)?);
+                    if len > MAX_IDENTITY_NAME {
+                        return Err(StoreError::Corrupt(format!(
+                            "device header names a cluster of {len} bytes"
+                        )));
+                    }
+                    let name = std::str::from_utf8(d.bytes(len).map_err(trunc)?).map_err(|_| {
+                        StoreError::Corrupt("device header: cluster name is not UTF-8".into())
+                    })?;
+                    Some(OsdIdentity {
+                        cluster_fsid,
+                        cluster_name: name.to_string(),
+                        osd,
+                    })
+                }
+                f => {
+                    return Err(StoreError::Corrupt(format!(
+                        "device header: unknown identity flag {f}"
+                    )));
+                }
+            },
         };
         if h.slices == 0
             || h.object_size == 0
@@ -291,6 +354,7 @@ pub(crate) fn plan(
         journal_external: journal_size.is_some(),
         peer_uuid: if journal_size.is_some() { juuid } else { 0 },
         object_size: opts.object_size,
+        identity: None,
     };
     let journal = journal_size.map(|_| DeviceHeader {
         uuid: juuid,
@@ -320,6 +384,46 @@ mod tests {
             DeviceHeader::decode(&[0u8; 4096]),
             Err(StoreError::NotFormatted(_))
         ));
+    }
+
+    /// A header as written before identities existed: the same fields,
+    /// nothing after `object_size`.
+    fn encode_without_identity(h: &DeviceHeader) -> Vec<u8> {
+        let mut b = vec![0u8; BLOCK_SIZE];
+        let mut e = Encoder::new(&mut b);
+        e.bytes(DEVICE_MAGIC);
+        e.u32(1);
+        e.u32(h.role as u32);
+        e.u128(h.uuid);
+        e.u32(h.slices);
+        e.u64(h.slice_blocks);
+        e.u64(h.journal_blocks);
+        e.u8(h.journal_external as u8);
+        e.u128(h.peer_uuid);
+        e.u64(h.object_size);
+        let crc = crc_with_zeroed_field(&b, CRC_FIELD);
+        b[CRC_FIELD..].copy_from_slice(&crc.to_le_bytes());
+        b
+    }
+
+    #[test]
+    fn identity_round_trips_and_old_headers_have_none() {
+        let (mut h, _) = plan(1 << 30, None, &FormatOptions::default()).unwrap();
+        let old = encode_without_identity(&h);
+        assert_eq!(DeviceHeader::decode(&old).unwrap(), h);
+        assert_eq!(old, h.encode(), "no identity encodes as before");
+        h.identity = Some(OsdIdentity {
+            cluster_fsid: 0x0123_4567_89ab_cdef_0123_4567_89ab_cdef,
+            cluster_name: "prod-east".into(),
+            osd: 7,
+        });
+        let b = h.encode();
+        assert_eq!(DeviceHeader::decode(&b).unwrap(), h);
+        // A name too long is cut, not allowed to spill over.
+        let mut long = h.clone();
+        long.identity.as_mut().unwrap().cluster_name = "x".repeat(300);
+        let back = DeviceHeader::decode(&long.encode()).unwrap();
+        assert_eq!(back.identity.unwrap().cluster_name.len(), MAX_IDENTITY_NAME);
     }
 
     #[test]

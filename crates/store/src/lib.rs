@@ -26,6 +26,7 @@ pub mod layout;
 pub mod mem_device;
 mod objects;
 mod open;
+pub mod probe;
 mod record;
 mod signal;
 mod state;
@@ -37,7 +38,7 @@ pub mod testkit;
 
 pub use device::{BlockDevice, FileDevice};
 pub use error::{Result, StoreError};
-pub use layout::{DeviceHeader, FormatOptions, SliceLayout};
+pub use layout::{DeviceHeader, FormatOptions, OsdIdentity, SliceLayout};
 pub use mem_device::MemDevice;
 pub use open::read_header;
 pub use stats::{LatencySummary, StoreStats, VolumeUsage, latency_histogram};

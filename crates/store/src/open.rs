@@ -16,7 +16,7 @@ use crate::alloc::{Allocator, Reclaim};
 use crate::checkpoint::{self, CheckpointHeader, DiskLoc};
 use crate::device::BlockDevice;
 use crate::error::{Result, StoreError};
-use crate::layout::{self, DeviceHeader, DeviceRole, FormatOptions, SliceLayout};
+use crate::layout::{self, DeviceHeader, DeviceRole, FormatOptions, OsdIdentity, SliceLayout};
 use crate::objects::{Loc, ObjectMeta, ObjectTable};
 use crate::record::{self, Entry, EntryKind, FLAG_WRAP};
 use crate::signal::Signal;
@@ -96,7 +96,19 @@ impl<D: BlockDevice> Store<D> {
         journal: Option<&D>,
         opts: &FormatOptions,
     ) -> Result<DeviceHeader> {
-        let (h, jh) = layout::plan(dev.size(), journal.map(|j| j.size()), opts)?;
+        Self::format_as(dev, journal, opts, None).await
+    }
+
+    /// [`format`](Self::format), recording in the header which OSD of
+    /// which cluster the device belongs to.
+    pub async fn format_as(
+        dev: &D,
+        journal: Option<&D>,
+        opts: &FormatOptions,
+        identity: Option<OsdIdentity>,
+    ) -> Result<DeviceHeader> {
+        let (mut h, jh) = layout::plan(dev.size(), journal.map(|j| j.size()), opts)?;
+        h.identity = identity;
         for slice in 0..h.slices {
             let l = SliceLayout::compute(&h, slice)?;
             let empty = CheckpointHeader {
@@ -139,6 +151,30 @@ impl<D: BlockDevice> Store<D> {
         dev.flush()
             .await
             .map_err(|e| StoreError::io("flushing the device", e))?;
+        write_block(
+            dev,
+            0,
+            AlignedBuf::copy_from(&h.encode()),
+            "writing the device header",
+        )
+        .await?;
+        dev.flush()
+            .await
+            .map_err(|e| StoreError::io("flushing the device", e))?;
+        Ok(h)
+    }
+
+    /// Records `identity` in the header of an existing data device (one
+    /// formatted before identities existed, or outside a cluster), keeping
+    /// everything else. The header is one block, written whole.
+    pub async fn write_identity(dev: &D, identity: OsdIdentity) -> Result<DeviceHeader> {
+        let mut h = DeviceHeader::decode(&read_block(dev, 0, "reading the device header").await?)?;
+        if h.role != DeviceRole::Data {
+            return Err(StoreError::NotFormatted(
+                "this is a journal device; its data device holds the identity".into(),
+            ));
+        }
+        h.identity = Some(identity);
         write_block(
             dev,
             0,
