@@ -18,17 +18,19 @@
 # `pontoon bench`, and whether the engine meets its targets (IOPS >= 0.95x
 # `pontoon bench` at QD32, QD1 mean latency within 10 µs of it).
 #
-# Usage: bench/host-paths.sh [--time 10] [--rounds 1] [--dir DIR]
+# Usage: bench/host-paths.sh [--time 10] [--rounds 1] [--dir DIR] [--only TEST[,TEST...]]
+#   --only  run only these tests (e.g. size3-randwrite-qd1)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . bench/lib.sh
-time=10; rounds=1; dir=""
+time=10; rounds=1; dir=""; only=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --time) time="${2%s}"; shift 2 ;;
     --rounds) rounds="$2"; shift 2 ;;
     --dir) dir="$2"; shift 2 ;;
-    *) echo "usage: $0 [--time 10] [--rounds 1] [--dir DIR]" >&2; exit 2 ;;
+    --only) only=",$2,"; shift 2 ;;
+    *) echo "usage: $0 [--time 10] [--rounds 1] [--dir DIR] [--only TEST[,TEST...]]" >&2; exit 2 ;;
   esac
 done
 scripts/deps.sh demo >/dev/null
@@ -101,6 +103,7 @@ run_path() { # path name rw qd pool round
 }
 for t in "${TESTS[@]}"; do
   read -r name rw qd pool <<<"$t"
+  [ -z "$only" ] || [[ "$only" == *",$name,"* ]] || continue
   for r in $(seq 1 "$rounds"); do
     # every round in another order: lib fio nbd nvmf, then fio nbd nvmf lib, ...
     order=(lib fio nbd nvmf)
@@ -136,12 +139,13 @@ def median(one, stem):
     return {k: statistics.median(r[k] for r in runs) for k in runs[0]}
 fio_row = lambda stem: median(fio_one, stem)
 bench_row = lambda stem: median(bench_one, stem)
-tests = ["size1-randread-qd1", "size1-randread-qd32", "size3-randread-qd1",
-         "size3-randread-qd32", "size3-randwrite-qd1", "size3-randwrite-qd32"]
+tests = [t for t in ["size1-randread-qd1", "size1-randread-qd32", "size3-randread-qd1",
+                     "size3-randread-qd32", "size3-randwrite-qd1", "size3-randwrite-qd32"]
+         if glob.glob(os.path.join(out, f"lib-{t}*.json"))]
 paths = [("lib", "pontoon bench", bench_row), ("fio", "fio+engine", fio_row),
          ("nbd", "fio+nbd", fio_row), ("nvmf", "nvmf bench", bench_row)]
 print()
-rounds = len(glob.glob(os.path.join(out, "lib-size1-randread-qd1.r*.json"))) or 1
+rounds = len(glob.glob(os.path.join(out, f"lib-{tests[0]}.r*.json"))) or 1
 print(f"4 KiB random I/O by host path, same cluster and volumes, medians of {rounds} round(s). Latency in µs")
 print("(fio: total latency, submission to completion); x lib = IOPS / pontoon bench's; Δmean = mean")
 print("latency minus pontoon bench's; x p99, x p99.9 = over pontoon bench's; cpu = client CPU µs per I/O")

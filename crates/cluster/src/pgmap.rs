@@ -106,8 +106,9 @@ pub fn recompute(map: &mut ClusterMap) -> Result<PgChanges, PgMapError> {
     }
 
     for pool in map.pools.values() {
-        let (sets, items) = place_pool(placement.as_ref(), pool, &map.pgs)?;
-        for (index, (up, upmap_items)) in (0..pool.pgs).zip(sets.into_iter().zip(items)) {
+        let placed = place_pool(placement.as_ref(), pool, &map.pgs)?;
+        let sets = placed.up.into_iter().zip(placed.upmap_items);
+        for (index, (up, upmap_items)) in (0..pool.pgs).zip(sets) {
             let pg = PgId {
                 pool: pool.id,
                 index,
@@ -185,6 +186,15 @@ pub fn placement_map(map: &ClusterMap) -> Result<Option<PlacementMap>, Placement
     }
 }
 
+/// A pool's PGs as [`place_pool`] places them, index = PG index.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PoolPlacement {
+    /// Each PG's up set.
+    pub up: Vec<Vec<OsdId>>,
+    /// Each PG's exceptions still in force.
+    pub upmap_items: Vec<Vec<UpmapItem>>,
+}
+
 /// Every PG's up set of `pool`, the balancer's exceptions applied, and the
 /// exceptions still in force per PG: straw2's placement on `placement`
 /// (empty sets when nothing is eligible), then each PG's
@@ -198,10 +208,13 @@ pub fn place_pool(
     placement: Option<&PlacementMap>,
     pool: &PoolRecord,
     pgs: &BTreeMap<PgId, PgRecord>,
-) -> Result<(Vec<Vec<OsdId>>, Vec<Vec<UpmapItem>>), PlacementError> {
+) -> Result<PoolPlacement, PlacementError> {
     let n = pool.pgs as usize;
     let Some(p) = placement else {
-        return Ok((vec![Vec::new(); n], vec![Vec::new(); n]));
+        return Ok(PoolPlacement {
+            up: vec![Vec::new(); n],
+            upmap_items: vec![Vec::new(); n],
+        });
     };
     let rule = pool.rule();
     let raw = p.place_pool(&rule, pool.pgs)?;
@@ -220,7 +233,10 @@ pub fn place_pool(
         })
         .collect();
     if given.is_empty() {
-        return Ok((raw, vec![Vec::new(); n]));
+        return Ok(PoolPlacement {
+            up: raw,
+            upmap_items: vec![Vec::new(); n],
+        });
     }
     let mut current: Vec<Vec<OsdId>> = vec![Vec::new(); n];
     for (pg, rec) in mine() {
@@ -238,7 +254,10 @@ pub fn place_pool(
             to: u.to,
         });
     }
-    Ok((b.acting, items))
+    Ok(PoolPlacement {
+        up: b.acting,
+        upmap_items: items,
+    })
 }
 
 /// Drops all past intervals of `pg` if `clean_at` is its current interval:

@@ -161,7 +161,7 @@ fn render_status(v: &StatusView, now: u64) -> String {
                 l.message
             ));
             out.push_str(&format!(
-                "moved by {}: {} PG replicas",
+                "moved since {} took over: {} PG replicas",
                 l.manager, l.moved_total
             ));
             if let Some(t) = l.last_move_unix {
