@@ -7,8 +7,8 @@ two test binaries at once takes far less time than running them one after
 another as `cargo test` does. This script builds every test binary once
 (`cargo test --no-run`), then runs them in PONTOON_TEST_JOBS lanes
 (default 2), each with `--test-threads PONTOON_TEST_THREADS` (default 1),
-the longest first (durations from the last run on this machine,
-target/test-durations.json, else scripts/test-durations.txt), then the
+the longest first (durations from the last full run on this machine,
+$CARGO_TARGET_DIR/test-durations.json, else scripts/test-durations.txt), then the
 doc tests. Each binary runs as `cargo test` would run it: in its package's
 directory, with the CARGO_* variables cargo sets. Its output goes to
 target/test-logs/<name>.log and is printed in full when it fails.
@@ -25,6 +25,7 @@ import threading
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TARGET = os.path.abspath(os.environ.get("CARGO_TARGET_DIR") or os.path.join(ROOT, "target"))
 
 
 def build(profile):
@@ -80,7 +81,7 @@ def package_env(pkg_dir, pkg_id, crate, profile):
     })
     sysroot = subprocess.run(["rustc", "--print", "sysroot"], stdout=subprocess.PIPE,
                              text=True).stdout.strip()
-    libs = [os.path.join(ROOT, "target", profile, "deps"), os.path.join(ROOT, "target", profile),
+    libs = [os.path.join(TARGET, profile, "deps"), os.path.join(TARGET, profile),
             os.path.join(sysroot, "lib")]
     if env.get("LD_LIBRARY_PATH"):
         libs.append(env["LD_LIBRARY_PATH"])
@@ -90,7 +91,7 @@ def package_env(pkg_dir, pkg_id, crate, profile):
 
 def load_durations():
     """Seconds per test binary name from the last run, else the checked-in hints."""
-    last = os.path.join(ROOT, "target", "test-durations.json")
+    last = os.path.join(TARGET, "test-durations.json")
     try:
         with open(last) as f:
             return json.load(f)
@@ -120,7 +121,7 @@ def main():
     tests = build(profile)
     durations = load_durations()
     tests.sort(key=lambda t: -durations.get(t[0], 5.0))
-    logs = os.path.join(ROOT, "target", "test-logs")
+    logs = os.path.join(TARGET, "test-logs")
     os.makedirs(logs, exist_ok=True)
     print(f"running {len(tests)} test binaries in {jobs} lanes, "
           f"--test-threads {threads}; logs in {logs}", flush=True)
@@ -165,9 +166,10 @@ def main():
                          + args, cwd=ROOT).returncode
     results["doc tests"] = (doc, 0.0)
 
-    with open(os.path.join(ROOT, "target", "test-durations.json"), "w") as f:
-        json.dump({n: round(s, 1) for n, (rc, s) in results.items() if rc == 0 and s}, f,
-                  indent=1, sort_keys=True)
+    if not args:  # a filtered run's times say nothing of the next full one
+        with open(os.path.join(TARGET, "test-durations.json"), "w") as f:
+            json.dump({n: round(s, 1) for n, (rc, s) in results.items() if rc == 0 and s}, f,
+                      indent=1, sort_keys=True)
     failed = sorted(n for n, (rc, _) in results.items() if rc != 0)
     total = time.monotonic() - started
     print(f"\n{len(results) - len(failed)} of {len(results)} passed in {total:.0f} s", flush=True)
