@@ -64,8 +64,9 @@ pub struct OsdConfig {
     /// The write-buffer device holding the journal, when it is not on the
     /// data device (used when formatting, needed on every open after).
     pub journal: Option<PathBuf>,
-    /// Called once, when the OSD is registered and its shards serve
-    /// (systemd's readiness notification).
+    /// Called once, when the OSD first holds its liveness lease: it is up
+    /// in the map and its shards serve (systemd's readiness notification,
+    /// so that `systemctl start` returns once `osd ls` shows it up).
     pub on_serving: Option<fn(OsdId)>,
 }
 
@@ -345,9 +346,6 @@ async fn control(
     for s in &shards.txs {
         let _ = s.unbounded_send(Cmd::Start(me));
     }
-    if let Some(serving) = cfg.on_serving {
-        serving(me);
-    }
     // Whole seconds, rounded up: a lease is never shorter than asked.
     let ttl = cfg
         .lease_ttl
@@ -363,6 +361,7 @@ async fn control(
         maps,
         lease: None,
         wear: crate::wear::WearWatch::start(&cfg.device),
+        on_up: cfg.on_serving,
     };
     let exit = control::run(me, true, first, &mut source, shards, || {
         stop.load(Ordering::Relaxed)
@@ -394,6 +393,8 @@ struct EtcdSource {
     lease: Option<OsdLease>,
     /// The device's NVMe wear, added to each report (none if not NVMe).
     wear: crate::wear::WearWatch,
+    /// [`OsdConfig::on_serving`], until the first lease is taken.
+    on_up: Option<fn(OsdId)>,
 }
 
 impl MapSource for EtcdSource {
@@ -422,6 +423,9 @@ impl MapSource for EtcdSource {
         let valid_until = self
             .lease_valid_until()
             .ok_or("the new lease lapsed at once")?;
+        if let Some(up) = self.on_up.take() {
+            up(self.me);
+        }
         Ok((epoch, valid_until))
     }
 

@@ -43,7 +43,9 @@
 //! waits [`REBOOT_DOWNTIME`] and starts the enabled ones again: the
 //! services' view of a reboot. The kernel NBD client is not run (one
 //! kernel for all hosts); the client uses the gateway through libnbd
-//! (nbdinfo, fio's nbd engine).
+//! (nbdinfo, fio's nbd engine). etcd is the guide's own: Debian's
+//! etcd-server, three members on node1-3, configured and started by the
+//! guide's commands (not the testbed's `start_etcd`).
 //!
 //! # The maintenance steps, under load
 //!
@@ -67,9 +69,13 @@
 //!   count must come within 5% of the mean (`pg ls --json`, and `balancer
 //!   eval --json`).
 //!
-//! Data moved is measured two ways: the bytes the OSDs' recovery and
-//! backfill installed (`pontoon_osd_recovery_bytes_total` of every OSD's
-//! /metrics, restarts accounted), and the change of each OSD's used bytes.
+//! Before the maintenance part the test writes 512 MiB to the volume, so
+//! that backfill has data to move. Data moved is measured two ways: the
+//! bytes the OSDs' recovery and backfill installed
+//! (`pontoon_osd_recovery_bytes_total` of every OSD's /metrics, restarts
+//! accounted), and the change of each OSD's used bytes. Last, every stop
+//! of a Pontoon daemon (by `systemctl stop` or `reboot`) must have ended
+//! with exit status 0 soon after SIGTERM, but the OSD the test killed.
 //!
 //! Needs root, iproute2, nftables, util-linux (losetup, unshare,
 //! blkdiscard), python3 (the systemctl stand-in), dpkg-deb, etcd-server,
@@ -121,6 +127,11 @@ const COMMAND_TIMEOUT: Duration = Duration::from_secs(180);
 const CLEAN_TIMEOUT: Duration = Duration::from_secs(120);
 /// Longest the balancer may take to even the PGs out.
 const BALANCE_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// Each PG's acting set, by PG id.
+type Acting = BTreeMap<String, BTreeSet<u32>>;
+/// Each OSD's pid and recovery bytes.
+type Scrape = BTreeMap<u32, (u32, u64)>;
 
 // ---------------------------------------------------------------- the guide
 
@@ -527,6 +538,23 @@ impl Cluster {
         String::from_utf8_lossy(&out.stdout).into_owned()
     }
 
+    /// `pontoon ARGS --json`'s output, or `None` if it failed (an etcd
+    /// member rebooting, say).
+    fn try_json(&self, args: &[&str]) -> Option<Value> {
+        let mut all: Vec<&str> = args.to_vec();
+        all.extend(["--etcd", ETCD]);
+        let out = self.client.exec(PONTOON, &all);
+        if !out.status.success() {
+            eprintln!(
+                "(retrying) pontoon {}: {}",
+                args.join(" "),
+                String::from_utf8_lossy(&out.stderr).trim()
+            );
+            return None;
+        }
+        serde_json::from_slice(&out.stdout).ok()
+    }
+
     fn json(&self, args: &[&str]) -> Value {
         let text = self.cli(args);
         serde_json::from_str(&text)
@@ -538,21 +566,21 @@ impl Cluster {
     }
 
     /// Each PG's acting set.
-    fn acting(&self) -> BTreeMap<String, BTreeSet<u32>> {
-        self.json(&["pg", "ls", "--json"])
-            .as_array()
-            .expect("pg ls --json prints an array")
-            .iter()
-            .map(|p| {
-                let set = p["acting"]
-                    .as_array()
-                    .expect("acting")
-                    .iter()
-                    .map(|o| o.as_u64().expect("an OSD id") as u32)
-                    .collect();
-                (p["pgid"].as_str().expect("pgid").to_string(), set)
-            })
-            .collect()
+    fn acting(&self) -> Acting {
+        acting_sets(&self.json(&["pg", "ls", "--json"]))
+    }
+
+    /// Waits until some PG's acting set holds `osd` (the manager has
+    /// placed PGs on it), so that a clean status afterwards is its own.
+    fn wait_placed_on(&self, osd: u32) {
+        let t = Instant::now();
+        while !self.acting().values().any(|set| set.contains(&osd)) {
+            assert!(
+                t.elapsed() < CLEAN_TIMEOUT,
+                "no PG was placed on osd.{osd} within {CLEAN_TIMEOUT:?}"
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
     }
 
     /// Each OSD's used bytes.
@@ -576,7 +604,10 @@ impl Cluster {
         let t = Instant::now();
         let mut last = Value::Null;
         while t.elapsed() < CLEAN_TIMEOUT {
-            let s = self.status();
+            let Some(s) = self.try_json(&["status", "--json"]) else {
+                std::thread::sleep(Duration::from_millis(300));
+                continue;
+            };
             let total = s["pgs"]["total"].as_u64().unwrap_or(0);
             if total as usize == PGS
                 && s["pgs"]["states"]["active+clean"].as_u64() == Some(total)
@@ -595,7 +626,7 @@ impl Cluster {
 
     /// Each OSD's recovery bytes (and its pid, to see restarts), from the
     /// /metrics its registry entry names (on its host's loopback).
-    fn recovery_bytes(&self) -> BTreeMap<u32, (u32, u64)> {
+    fn recovery_bytes(&self) -> Scrape {
         let s = self.status();
         let mut out = BTreeMap::new();
         for d in s["daemons"].as_array().expect("daemons") {
@@ -630,6 +661,23 @@ impl Cluster {
     }
 }
 
+/// Each PG's acting set, from `pg ls --json`.
+fn acting_sets(pgs: &Value) -> Acting {
+    pgs.as_array()
+        .expect("pg ls --json prints an array")
+        .iter()
+        .map(|p| {
+            let set = p["acting"]
+                .as_array()
+                .expect("acting")
+                .iter()
+                .map(|o| o.as_u64().expect("an OSD id") as u32)
+                .collect();
+            (p["pgid"].as_str().expect("pgid").to_string(), set)
+        })
+        .collect()
+}
+
 /// `GET path` from `addr`; the body, if it answered.
 fn http_get(addr: &str, path: &str) -> Option<String> {
     let mut s = std::net::TcpStream::connect(addr).ok()?;
@@ -642,7 +690,7 @@ fn http_get(addr: &str, path: &str) -> Option<String> {
 
 /// Bytes recovery installed between two scrapes; an OSD whose pid changed
 /// (restarted) counts from zero.
-fn recovered_between(a: &BTreeMap<u32, (u32, u64)>, b: &BTreeMap<u32, (u32, u64)>) -> u64 {
+fn recovered_between(a: &Scrape, b: &Scrape) -> u64 {
     b.iter()
         .map(|(id, (pid, bytes))| match a.get(id) {
             Some((p0, b0)) if p0 == pid => bytes.saturating_sub(*b0),
@@ -664,10 +712,7 @@ fn used_change(a: &BTreeMap<u32, u64>, b: &BTreeMap<u32, u64>) -> (u64, u64) {
 }
 
 /// PG replicas placed on an OSD that did not hold them before.
-fn replicas_moved(
-    a: &BTreeMap<String, BTreeSet<u32>>,
-    b: &BTreeMap<String, BTreeSet<u32>>,
-) -> usize {
+fn replicas_moved(a: &Acting, b: &Acting) -> usize {
     b.iter()
         .map(|(pg, set)| {
             a.get(pg)
@@ -712,6 +757,9 @@ impl Load {
                 "--verify=crc32c",
                 "--verify_backlog=64",
                 "--verify_fatal=1",
+                // No verify state file left in the working directory when
+                // SIGINT stops it.
+                "--verify_state_save=0",
                 "--time_based",
                 "--runtime=900",
                 "--group_reporting",
@@ -832,21 +880,25 @@ fn check_fio(name: &str, log: &str) {
 #[derive(Default)]
 struct Watch {
     polls: usize,
+    /// Polls whose commands failed (retried a second later).
+    failed_polls: usize,
     polls_with_down: usize,
     violations: Vec<String>,
 }
 
 /// Polls PGs and OSDs every second until `stop`: no OSD out, and no PG on
 /// an OSD it was not on in `base`.
-fn watch_no_backfill(
-    c: Cluster,
-    base: BTreeMap<String, BTreeSet<u32>>,
-    stop: Arc<AtomicBool>,
-    seen: Arc<Mutex<Watch>>,
-) {
+fn watch_no_backfill(c: Cluster, base: Acting, stop: Arc<AtomicBool>, seen: Arc<Mutex<Watch>>) {
     while !stop.load(Ordering::Relaxed) {
-        let osds = c.json(&["osd", "ls", "--json"]);
-        let acting = c.acting();
+        let (Some(osds), Some(pgs)) = (
+            c.try_json(&["osd", "ls", "--json"]),
+            c.try_json(&["pg", "ls", "--json"]),
+        ) else {
+            seen.lock().expect("watch").failed_polls += 1;
+            std::thread::sleep(Duration::from_secs(1));
+            continue;
+        };
+        let acting = acting_sets(&pgs);
         let mut w = seen.lock().expect("watch");
         w.polls += 1;
         let mut down = false;
@@ -871,35 +923,61 @@ fn watch_no_backfill(
     }
 }
 
+/// The poller thread; stopped and joined when finished or dropped (a
+/// panic must not leave it polling hosts the testbed is deleting).
+struct Poller {
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Poller {
+    fn finish(mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            t.join().expect("the poller");
+        }
+    }
+}
+
+impl Drop for Poller {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
 /// Step (a) in progress.
 struct Reboots {
-    stop: Arc<AtomicBool>,
     seen: Arc<Mutex<Watch>>,
-    poller: std::thread::JoinHandle<()>,
-    base: BTreeMap<String, BTreeSet<u32>>,
+    poller: Poller,
+    base: Acting,
     used: BTreeMap<u32, u64>,
     load: Load,
     started: Instant,
     recovered: u64,
     /// Taken before the reboot in progress.
-    scrape: BTreeMap<u32, (u32, u64)>,
+    scrape: Scrape,
 }
 
 /// Step (b) in progress.
 struct Failure {
     load: Load,
     failed: Instant,
+    /// When the block with `osd replace` started, and the scrape then.
+    replacing: Option<(Instant, Scrape)>,
 }
 
 /// Step (c) in progress.
 struct Adding {
     load: Load,
     started: Instant,
-    acting: BTreeMap<String, BTreeSet<u32>>,
+    acting: Acting,
     used: BTreeMap<u32, u64>,
-    scrape: BTreeMap<u32, (u32, u64)>,
+    scrape: Scrape,
     /// Once backfill made the cluster clean.
-    placed: Option<(BTreeMap<String, BTreeSet<u32>>, BTreeMap<u32, (u32, u64)>)>,
+    placed: Option<(Acting, Scrape)>,
 }
 
 // ------------------------------------------------------------ the package
@@ -1099,8 +1177,7 @@ fn the_multi_node_section_of_the_operator_guide_works_under_load() {
         }
         if block.has("pontoon osd unset norebalance") {
             let r = reboots.take().expect("the reboots ran");
-            r.stop.store(true, Ordering::Relaxed);
-            r.poller.join().expect("the poller");
+            r.poller.finish();
             let moved = replicas_moved(&r.base, &cluster.acting());
             let (grew, shrank) = used_change(&r.used, &cluster.used());
             let w = r.seen.lock().expect("watch");
@@ -1120,12 +1197,13 @@ fn the_multi_node_section_of_the_operator_guide_works_under_load() {
                 &mut figures,
                 format!(
                     "(a) rolling reboot of 3 hosts under noout: {:.1?}; backfill 0 (no PG on \
-                     another OSD, no OSD out in {} polls, {} of them with OSDs down, out-after \
-                     {OUT_AFTER_DURING_REBOOTS}); recovery of the writes missed {}; used bytes \
+                     another OSD, no OSD out in {} polls, {} of them with OSDs down, {} failed, \
+                     out-after {OUT_AFTER_DURING_REBOOTS}); recovery of the writes missed {}; used bytes \
                      +{} -{}; {load}",
                     r.started.elapsed(),
                     w.polls,
                     w.polls_with_down,
+                    w.failed_polls,
                     mib(r.recovered),
                     mib(grew),
                     mib(shrank)
@@ -1172,7 +1250,15 @@ fn the_multi_node_section_of_the_operator_guide_works_under_load() {
                     failed.elapsed()
                 ),
             );
-            failure = Some(Failure { load, failed });
+            failure = Some(Failure {
+                load,
+                failed,
+                replacing: None,
+            });
+        }
+        if block.has("pontoon osd replace") {
+            let f = failure.as_mut().expect("the drive failed");
+            f.replacing = Some((Instant::now(), cluster.recovery_bytes()));
         }
         if block.hosts == ["node3"] && block.has("pontoon osd create --device /dev/nvme1n1") {
             steps.insert("adding");
@@ -1221,13 +1307,16 @@ fn the_multi_node_section_of_the_operator_guide_works_under_load() {
             let base = cluster.acting();
             let stop = Arc::new(AtomicBool::new(false));
             let seen = Arc::new(Mutex::new(Watch::default()));
-            let poller = {
+            let thread = {
                 let (c, base, stop, seen) =
                     (cluster.clone(), base.clone(), stop.clone(), seen.clone());
                 std::thread::spawn(move || watch_no_backfill(c, base, stop, seen))
             };
-            reboots = Some(Reboots {
+            let poller = Poller {
                 stop,
+                thread: Some(thread),
+            };
+            reboots = Some(Reboots {
                 seen,
                 poller,
                 base,
@@ -1255,10 +1344,15 @@ fn the_multi_node_section_of_the_operator_guide_works_under_load() {
             );
         }
         if block.has("pontoon osd replace") {
-            let Failure { load, failed } = failure.take().expect("the drive failed");
-            let replaced = Instant::now();
-            let rec0 = cluster.recovery_bytes();
-            let backfill = cluster.wait_clean("after osd replace", 5);
+            let Failure {
+                load,
+                failed,
+                replacing,
+            } = failure.take().expect("the drive failed");
+            let (replacing, rec0) = replacing.expect("the replacement started");
+            cluster.wait_placed_on(3);
+            cluster.wait_clean("after osd replace", 5);
+            let backfill = replacing.elapsed();
             let rec = recovered_between(&rec0, &cluster.recovery_bytes());
             let used3 = cluster.used().get(&3).copied().unwrap_or(0);
             let osd3 = osd(&cluster, 3);
@@ -1270,10 +1364,10 @@ fn the_multi_node_section_of_the_operator_guide_works_under_load() {
             note(
                 &mut figures,
                 format!(
-                    "(b) replaced: `osd replace` and the unit's start {block_took:.1?}, \
-                     backfilled to clean {backfill:.1?} later (failure to clean {:.1?}); \
-                     backfill installed {}, osd.3 holds {}; {load}",
-                    replaced.duration_since(failed) + backfill,
+                    "(b) replaced: `osd replace` and the unit's start took {block_took:.1?}, \
+                     clean {backfill:.1?} after `osd replace` began (failure to clean \
+                     {:.1?}); backfill installed {}, osd.3 holds {}; {load}",
+                    failed.elapsed(),
                     mib(rec),
                     mib(used3)
                 ),
@@ -1281,6 +1375,7 @@ fn the_multi_node_section_of_the_operator_guide_works_under_load() {
         }
         if block.hosts == ["node3"] && block.has("pontoon osd create --device /dev/nvme1n1") {
             let a = adding.as_mut().expect("adding");
+            cluster.wait_placed_on(5);
             let backfill = cluster.wait_clean("after adding osd.5", 6);
             let acting = cluster.acting();
             let scrape = cluster.recovery_bytes();
@@ -1368,6 +1463,8 @@ fn the_multi_node_section_of_the_operator_guide_works_under_load() {
         "a maintenance step did not end"
     );
     drop(sessions);
+    let stops = unit_stops(tb.dir());
+    note(&mut figures, stops);
     println!("\n=== figures (multi-node guide) ===");
     for f in &figures {
         println!("{f}");
@@ -1377,6 +1474,68 @@ fn the_multi_node_section_of_the_operator_guide_works_under_load() {
         t_guide.elapsed(),
         t_test.elapsed()
     );
+}
+
+/// Every stop of a Pontoon unit must have ended with exit status 0 after
+/// SIGTERM, within the unit's stop timeout, but the one OSD the test
+/// killed; returns how long the stops took.
+fn unit_stops(dir: &Path) -> String {
+    let mut took: BTreeMap<&str, Vec<f64>> = BTreeMap::new();
+    let mut killed = Vec::new();
+    for (name, _, _) in SERVERS {
+        let logs = dir
+            .join("hosts")
+            .join(name)
+            .join("upper/var/log/systemctl-shim");
+        for entry in std::fs::read_dir(&logs).expect("the units' logs").flatten() {
+            let unit = entry.file_name().to_string_lossy().into_owned();
+            let kind = match unit.split(['@', '.']).next() {
+                Some("pontoon-osd") => "OSD",
+                Some("pontoon-mgr") => "manager",
+                Some("etcd") => "etcd",
+                _ => "other",
+            };
+            let text = std::fs::read_to_string(entry.path()).unwrap_or_default();
+            for l in text.lines().filter(|l| l.starts_with("-- ")) {
+                if let Some(how) = l.split(": main process exited, ").nth(1) {
+                    if how.contains("SIGKILL") {
+                        killed.push(format!("{name} {unit}"));
+                    } else if kind != "etcd" {
+                        assert_eq!(how, "code=exited, status=0", "{name} {unit}: {l}");
+                    }
+                }
+                if l.contains(": SIGTERM: ") {
+                    assert!(l.contains(": stopped after "), "{name} {unit}: {l}");
+                    let secs = l
+                        .rsplit(" after ")
+                        .next()
+                        .and_then(|t| t.trim_end_matches(" s").parse::<f64>().ok());
+                    took.entry(kind)
+                        .or_default()
+                        .push(secs.expect("a stop time"));
+                }
+            }
+        }
+    }
+    assert_eq!(
+        killed,
+        ["node2 pontoon-osd@dev-nvme1n1.service.log"],
+        "only the failed drive's OSD should have been killed"
+    );
+    let parts: Vec<String> = took
+        .iter()
+        .map(|(kind, t)| {
+            format!(
+                "{} {kind} stops, longest {:.2} s",
+                t.len(),
+                t.iter().copied().fold(0.0, f64::max)
+            )
+        })
+        .collect();
+    format!(
+        "clean stops on SIGTERM (systemctl stop and reboot), every Pontoon daemon exited 0: {}",
+        parts.join("; ")
+    )
 }
 
 /// `2G`, `512M` in bytes.
