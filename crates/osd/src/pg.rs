@@ -322,7 +322,9 @@ mod tests {
         assert_eq!(pg.pause_for(&norebalance), None);
         // Nor an undersized PG.
         let mut short = active(2);
-        short.missing.insert(ObjectId::new(1, 4), missing(&[0, 1, 3]));
+        short
+            .missing
+            .insert(ObjectId::new(1, 4), missing(&[0, 1, 3]));
         assert_eq!(short.pause_for(&norebalance), None);
         assert_eq!(short.pause_for(&norecover), Some(Paused::Norecover));
     }
