@@ -377,25 +377,8 @@ fn parse_kv(text: &str) -> Result<Vec<(String, String)>, String> {
 /// Parses a duration: a number with a unit `ms`, `s`, `m`, `h` or `d`
 /// (`500ms`, `3s`, `2m`), or a bare number of seconds.
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    let t = s.trim();
-    let split = t
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(t.len());
-    let (num, unit) = t.split_at(split);
-    let bad = || format!("invalid duration {s:?}: expected e.g. 500ms, 3s, 2m, 1h or 7d");
-    let n: f64 = num.parse().map_err(|_| bad())?;
-    let secs = match unit.trim() {
-        "ms" => n / 1000.0,
-        "" | "s" => n,
-        "m" | "min" => n * 60.0,
-        "h" => n * 3600.0,
-        "d" => n * 86_400.0,
-        _ => return Err(bad()),
-    };
-    if !secs.is_finite() || !(0.0..=1e9).contains(&secs) {
-        return Err(bad());
-    }
-    Ok(Duration::from_secs_f64(secs))
+    pontoon_cluster::runtime_config::duration_value(s)
+        .ok_or_else(|| format!("invalid duration {s:?}: expected e.g. 500ms, 3s, 2m, 1h or 7d"))
 }
 
 /// Formats a duration the way [`parse_duration`] reads it.

@@ -249,25 +249,30 @@ fn whole_secs(text: &str, max: u64) -> Result<u64, String> {
 
 /// Parses `500ms`, `30s`, `10m`, `2h`, `7d` or a bare number of seconds.
 pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    duration_value(text)
+        .ok_or_else(|| format!("{text:?} is not a duration (e.g. 500ms, 30s, 10m, 2h, 7d)"))
+}
+
+/// The duration `text` names: a number (fractions allowed) with a unit
+/// `ms`, `s`, `m`/`min`, `h` or `d`, or a bare number of seconds, at most
+/// 1e9 s; `None` for anything else. The one rule every duration argument
+/// and setting is read by (callers word their own errors).
+pub fn duration_value(text: &str) -> Option<Duration> {
     let t = text.trim();
     let split = t
         .find(|c: char| !(c.is_ascii_digit() || c == '.'))
         .unwrap_or(t.len());
     let (num, unit) = t.split_at(split);
-    let bad = || format!("{text:?} is not a duration (e.g. 500ms, 30s, 10m, 2h, 7d)");
-    let n: f64 = num.parse().map_err(|_| bad())?;
+    let n: f64 = num.parse().ok()?;
     let secs = match unit.trim() {
         "ms" => n / 1000.0,
         "" | "s" => n,
         "m" | "min" => n * 60.0,
         "h" => n * 3600.0,
         "d" => n * 86_400.0,
-        _ => return Err(bad()),
+        _ => return None,
     };
-    if !secs.is_finite() || !(0.0..=1e9).contains(&secs) {
-        return Err(bad());
-    }
-    Ok(Duration::from_secs_f64(secs))
+    (secs.is_finite() && (0.0..=1e9).contains(&secs)).then(|| Duration::from_secs_f64(secs))
 }
 
 /// Seconds as the largest unit that divides them: `600s` is `10m`.

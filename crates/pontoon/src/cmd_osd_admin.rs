@@ -6,18 +6,17 @@
 
 use std::path::PathBuf;
 
-use anyhow::{Context, Result, anyhow, bail};
+use anyhow::{Result, anyhow, bail};
 use clap::Args;
 use pontoon_cluster::osd_admin::{self, AdminError, OsdFlag};
 use pontoon_cluster::{ClusterMap, MapStore};
 use pontoon_osd::device_lock::DeviceLock;
-use pontoon_osd::identity::{self, NewDevice, check_create, describe};
-use pontoon_store::probe::Contents;
+use pontoon_osd::identity::{self, NewDevice};
 use pontoon_types::{OsdId, format_size};
 use serde::Serialize;
 
-use crate::cluster_args::{ClusterArgs, parse_size_arg};
-use crate::cmd_osd::MAX_SHARDS;
+use crate::cluster_args::ClusterArgs;
+use crate::cmd_osd_create::{probe_device, ready_to_format, with_device};
 
 fn parse_osd_id(s: &str) -> Result<OsdId, String> {
     pontoon_mgr::listings::parse_osd_id(s)
@@ -345,37 +344,14 @@ pub fn set_flag(a: FlagArgs, on: bool) -> Result<()> {
 /// OSD's id (as `osd create` formats a new one), then lets it take the
 /// OSD's place; `osd run --device NEW` runs it and backfill fills it.
 pub fn replace(a: ReplaceArgs) -> Result<()> {
-    if !(1..=MAX_SHARDS).contains(&a.shards) {
-        bail!("--shards {} must be between 1 and {MAX_SHARDS}", a.shards);
-    }
-    let size = a
-        .size
-        .as_deref()
-        .map(|s| parse_size_arg("device size", s))
-        .transpose()?;
-    let lock = DeviceLock::acquire(&a.device, size)?;
-    let result = replace_on(&a, &lock, size);
-    if result.is_err() && lock.created() {
-        // Leave nothing behind for a file this command made.
-        let _ = std::fs::remove_file(&a.device);
-    }
-    result
+    with_device(&a.device, a.shards, a.size.as_deref(), |lock, size| {
+        replace_on(&a, lock, size)
+    })
 }
 
 fn replace_on(a: &ReplaceArgs, lock: &DeviceLock, size: Option<u64>) -> Result<()> {
     let dev = a.device.display();
-    if lock.is_block_device() && size.is_some() {
-        bail!("--size is for files: {dev} is a block device, whose size is its own");
-    }
-    let contents = lock.probe().with_context(|| format!("cannot read {dev}"))?;
-    if let Contents::Foreign(_) = &contents
-        && !a.force
-    {
-        bail!(
-            "device {dev} holds {}; pass --force to destroy it",
-            describe(&contents)
-        );
-    }
+    let contents = probe_device(&a.device, lock, size, a.force)?;
     crate::runtime()?.block_on(async {
         let (store, target) = a.cluster.connect().await?;
         // Refuse before formatting anything: the id must await a device.
@@ -383,17 +359,7 @@ fn replace_on(a: &ReplaceArgs, lock: &DeviceLock, size: Option<u64>) -> Result<(
         map.epoch.0 += 1;
         osd_admin::prepare_replacement(&mut map, a.id, 1 << 30)?;
         let fsid = store.fsid().await?;
-        check_create(&a.device, &contents, fsid, a.force).map_err(|e| anyhow!(e))?;
-        if !contents.is_unrecognized() {
-            eprintln!("destroying {} on {dev} (--force)", describe(&contents));
-        }
-        if let Some(size) = size
-            && !lock.created()
-            && lock.size()? < size
-        {
-            pontoon_store::FileDevice::create_file(&a.device, size)
-                .with_context(|| format!("cannot extend {dev}"))?;
-        }
+        ready_to_format(&a.device, lock, &contents, fsid, size, a.force)?;
         let layout = NewDevice {
             slices: a.shards,
             journal: a.journal.as_deref(),

@@ -3,7 +3,7 @@
 //! partition table or another cluster's data unless `--force` is given.
 //! `pontoon osd run --device DEV` then runs it under that id.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, anyhow, bail};
 use clap::Args;
@@ -47,52 +47,90 @@ pub struct OsdCreateArgs {
 
 /// Runs `pontoon osd create`.
 pub fn run(a: OsdCreateArgs) -> Result<()> {
-    if !(1..=MAX_SHARDS).contains(&a.shards) {
-        bail!("--shards {} must be between 1 and {MAX_SHARDS}", a.shards);
+    with_device(&a.device, a.shards, a.size.as_deref(), |lock, size| {
+        create(&a, lock, size)
+    })
+}
+
+/// Checks `--shards` and `--size`, locks `device` (creating a file of
+/// `--size` if there is none), runs `f` on it, and removes a file this
+/// command made if `f` fails: what `osd create` and `osd replace` share.
+pub fn with_device(
+    device: &Path,
+    shards: u32,
+    size: Option<&str>,
+    f: impl FnOnce(&DeviceLock, Option<u64>) -> Result<()>,
+) -> Result<()> {
+    if !(1..=MAX_SHARDS).contains(&shards) {
+        bail!("--shards {shards} must be between 1 and {MAX_SHARDS}");
     }
-    let size = a
-        .size
-        .as_deref()
-        .map(|s| parse_size_arg("device size", s))
-        .transpose()?;
-    let lock = DeviceLock::acquire(&a.device, size)?;
-    let result = create(&a, &lock, size);
+    let size = size.map(|s| parse_size_arg("device size", s)).transpose()?;
+    let lock = DeviceLock::acquire(device, size)?;
+    let result = f(&lock, size);
     if result.is_err() && lock.created() {
         // Leave nothing behind for a file this command made.
-        let _ = std::fs::remove_file(&a.device);
+        let _ = std::fs::remove_file(device);
     }
     result
 }
 
-fn create(a: &OsdCreateArgs, lock: &DeviceLock, size: Option<u64>) -> Result<()> {
-    let dev = a.device.display();
+/// What the locked `device` holds; another program's data is refused
+/// unless `force` (before the cluster is needed), and so is `--size` for
+/// a block device.
+pub fn probe_device(
+    device: &Path,
+    lock: &DeviceLock,
+    size: Option<u64>,
+    force: bool,
+) -> Result<Contents> {
+    let dev = device.display();
     if lock.is_block_device() && size.is_some() {
         bail!("--size is for files: {dev} is a block device, whose size is its own");
     }
     let contents = lock.probe().with_context(|| format!("cannot read {dev}"))?;
-    // Refuse another program's data before needing the cluster.
     if let Contents::Foreign(_) = &contents
-        && !a.force
+        && !force
     {
         bail!(
             "device {dev} holds {}; pass --force to destroy it",
             describe(&contents)
         );
     }
+    Ok(contents)
+}
+
+/// The checks against the cluster (`fsid`) before formatting, the notice
+/// of what `--force` destroys, and a file device grown to `--size`.
+pub fn ready_to_format(
+    device: &Path,
+    lock: &DeviceLock,
+    contents: &Contents,
+    fsid: pontoon_cluster::ClusterFsid,
+    size: Option<u64>,
+    force: bool,
+) -> Result<()> {
+    let dev = device.display();
+    check_create(device, contents, fsid, force).map_err(|e| anyhow!(e))?;
+    if !contents.is_unrecognized() {
+        eprintln!("destroying {} on {dev} (--force)", describe(contents));
+    }
+    if let Some(size) = size
+        && !lock.created()
+        && lock.size()? < size
+    {
+        pontoon_store::FileDevice::create_file(device, size)
+            .with_context(|| format!("cannot extend {dev}"))?;
+    }
+    Ok(())
+}
+
+fn create(a: &OsdCreateArgs, lock: &DeviceLock, size: Option<u64>) -> Result<()> {
+    let dev = a.device.display();
+    let contents = probe_device(&a.device, lock, size, a.force)?;
     crate::runtime()?.block_on(async {
         let (store, target) = a.cluster.connect().await?;
         let fsid = store.fsid().await?;
-        check_create(&a.device, &contents, fsid, a.force).map_err(|e| anyhow!(e))?;
-        if !contents.is_unrecognized() {
-            eprintln!("destroying {} on {dev} (--force)", describe(&contents));
-        }
-        if let Some(size) = size
-            && !lock.created()
-            && lock.size()? < size
-        {
-            pontoon_store::FileDevice::create_file(&a.device, size)
-                .with_context(|| format!("cannot extend {dev}"))?;
-        }
+        ready_to_format(&a.device, lock, &contents, fsid, size, a.force)?;
         // --journal, else the configuration file's [osd.journal] entry.
         let journal = crate::config_file::get()
             .journal(&a.device, a.journal.as_deref())
