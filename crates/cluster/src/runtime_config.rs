@@ -145,6 +145,18 @@ impl ConfigKey {
         }
     }
 
+    /// Returns the setting to its default (out-after: unset, so that each
+    /// manager's `--out-after` applies again), checked like [`Self::set`].
+    pub fn reset(self, s: &mut ClusterSettings) -> Result<(), ConfigError> {
+        match self {
+            ConfigKey::OutAfter => {
+                s.osd.out_after_secs = None;
+                Ok(())
+            }
+            _ => self.set(s, &self.default_value()),
+        }
+    }
+
     /// Sets the value in `s` from its text, checking it alone and against
     /// the others (the full ratios must stay in order).
     pub fn set(self, s: &mut ClusterSettings, text: &str) -> Result<(), ConfigError> {

@@ -264,10 +264,12 @@ pub fn assess(map: &ClusterMap, reports: &[OsdReport], ctx: &Context) -> Health 
     let (mut unavailable, mut degraded, mut unknown, mut damaged) =
         (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     let (mut degraded_objects, mut unfound) = (0u64, 0u64);
+    let mut blocked = false;
     for rec in map.pgs.values() {
         let (report, state) = primaries.of(rec);
         let Some(r) = report else {
             if state == PgState::Inactive.as_str() {
+                blocked = true;
                 unavailable.push(format!("pg {} is inactive (no live member)", rec.pg));
             } else {
                 unknown.push(format!(
@@ -278,7 +280,9 @@ pub fn assess(map: &ClusterMap, reports: &[OsdReport], ctx: &Context) -> Health 
             continue;
         };
         match r.state {
-            PgState::Inactive | PgState::Incomplete | PgState::Peering => {
+            PgState::Peering => unavailable.push(format!("pg {} is peering", r.pg)),
+            PgState::Inactive | PgState::Incomplete => {
+                blocked = true;
                 unavailable.push(format!("pg {} is {}", r.pg, r.state.as_str()))
             }
             PgState::Degraded | PgState::Recovering => degraded.push(format!(
@@ -302,9 +306,15 @@ pub fn assess(map: &ClusterMap, reports: &[OsdReport], ctx: &Context) -> Health 
         }
     }
     if !unavailable.is_empty() {
+        // Peering alone is a transient state (a new pool, a map change):
+        // a warning, as Ceph has it; a PG that cannot peer is an error.
         checks.push(check(
             "PG_AVAILABILITY",
-            Severity::Err,
+            if blocked {
+                Severity::Err
+            } else {
+                Severity::Warn
+            },
             format!(
                 "reduced data availability: {} pgs not serving I/O",
                 unavailable.len()
@@ -545,6 +555,24 @@ mod tests {
         assert!(text.contains("osd.1's clock is -2.500 s"), "{text}");
         assert!(!text.contains("osd.0's clock"), "{text}");
         assert!(text.contains("2 objects degraded"), "{text}");
+    }
+
+    #[test]
+    fn peering_pgs_are_a_warning_and_incomplete_ones_an_error() {
+        let m = map(2);
+        let availability = |h: &Health| {
+            h.checks
+                .iter()
+                .find(|c| c.code == "PG_AVAILABILITY")
+                .map(|c| c.severity)
+        };
+        let h = assess(&m, &[report(&[PgState::Peering])], &ctx());
+        assert_eq!(h.status, Severity::Warn, "{}", render_detail(&h));
+        assert_eq!(availability(&h), Some(Severity::Warn));
+        let both = report(&[PgState::Peering, PgState::Incomplete]);
+        let h = assess(&m, &[both], &ctx());
+        assert_eq!(h.status, Severity::Err, "{}", render_detail(&h));
+        assert_eq!(availability(&h), Some(Severity::Err));
     }
 
     #[test]

@@ -1,6 +1,6 @@
 //! `pontoon config ...`: `show`, this node's effective settings (the
 //! configuration file, environment and flags; see
-//! [`crate::cmd_config_show`]); `set`, `get` and `ls`, the runtime
+//! [`crate::cmd_config_show`]); `set`, `get`, `rm` and `ls`, the runtime
 //! settings the whole cluster shares in its map (see
 //! [`crate::cmd_config_cluster`]).
 
@@ -24,6 +24,8 @@ enum ConfigCmd {
     Set(crate::cmd_config_cluster::SetArgs),
     /// Print a runtime setting's value.
     Get(crate::cmd_config_cluster::GetArgs),
+    /// Return a runtime setting to its default.
+    Rm(crate::cmd_config_cluster::RmArgs),
     /// List the runtime settings with their values and defaults.
     Ls(crate::cmd_config_cluster::LsArgs),
 }
@@ -34,6 +36,7 @@ pub fn run(args: ConfigArgs) -> Result<()> {
         ConfigCmd::Show(a) => crate::cmd_config_show::run(a),
         ConfigCmd::Set(a) => crate::cmd_config_cluster::set(a),
         ConfigCmd::Get(a) => crate::cmd_config_cluster::get(a),
+        ConfigCmd::Rm(a) => crate::cmd_config_cluster::rm(a),
         ConfigCmd::Ls(a) => crate::cmd_config_cluster::ls(a),
     }
 }

@@ -1,4 +1,4 @@
-//! `pontoon config set|get|ls`: the runtime settings the whole cluster
+//! `pontoon config set|get|rm|ls`: the runtime settings the whole cluster
 //! shares, kept in the map (see [`pontoon_cluster::runtime_config`]):
 //! out-after, the minimum in ratio, the recovery throttles, the full ratios
 //! and the deep-scrub interval. A change bumps the map's epoch; the
@@ -41,6 +41,16 @@ pub struct GetArgs {
     /// Print JSON.
     #[arg(long)]
     json: bool,
+}
+
+/// Arguments of `pontoon config rm`.
+#[derive(Args, Debug)]
+pub struct RmArgs {
+    #[command(flatten)]
+    cluster: ClusterArgs,
+    /// The setting (`pontoon config ls` lists them).
+    #[arg(value_parser = parse_key)]
+    key: ConfigKey,
 }
 
 /// Arguments of `pontoon config ls`.
@@ -134,6 +144,26 @@ pub fn set(a: SetArgs) -> Result<()> {
             })
             .await?;
         println!("{} = {}", a.key, a.key.value(&updated.map.settings));
+        Ok(())
+    })
+}
+
+/// Runs `pontoon config rm`: the setting goes back to its default.
+pub fn rm(a: RmArgs) -> Result<()> {
+    crate::runtime()?.block_on(async move {
+        let (store, _) = a.cluster.connect().await?;
+        let updated = store
+            .update::<_, ConfigError>(|m| {
+                let before = m.settings.clone();
+                a.key.reset(&mut m.settings)?;
+                Ok(m.settings != before)
+            })
+            .await?;
+        println!(
+            "{} = {} (default)",
+            a.key,
+            a.key.value(&updated.map.settings)
+        );
         Ok(())
     })
 }

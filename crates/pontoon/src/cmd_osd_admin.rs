@@ -88,7 +88,8 @@ pub struct ReplaceArgs {
     #[arg(long, value_name = "K", default_value_t = 1)]
     shards: u32,
     /// Write-buffer device for the journal, instead of the data device
-    /// (give it to `osd run` too).
+    /// (default: the configuration file's [osd.journal] entry for
+    /// --device; give it to `osd run` too).
     #[arg(long, value_name = "PATH")]
     journal: Option<PathBuf>,
     /// Format the device even if it holds a filesystem, a partition table
@@ -360,9 +361,11 @@ fn replace_on(a: &ReplaceArgs, lock: &DeviceLock, size: Option<u64>) -> Result<(
         osd_admin::prepare_replacement(&mut map, a.id, 1 << 30)?;
         let fsid = store.fsid().await?;
         ready_to_format(&a.device, lock, &contents, fsid, size, a.force)?;
+        let (journal, _journal_lock) =
+            crate::cmd_osd_create::journal_for(&a.device, a.journal.as_deref(), a.force)?;
         let layout = NewDevice {
             slices: a.shards,
-            journal: a.journal.as_deref(),
+            journal: journal.as_deref(),
         };
         let (id, h) = identity::create(&store, lock, fsid, &target.name, Some(a.id), layout)
             .await

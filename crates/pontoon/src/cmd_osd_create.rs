@@ -124,6 +124,25 @@ pub fn ready_to_format(
     Ok(())
 }
 
+/// The write-buffer device a new OSD on `device` gets (`--journal`, else
+/// the configuration file's `[osd.journal]` entry), locked like the device.
+pub(crate) fn journal_for(
+    device: &Path,
+    flag: Option<&Path>,
+    force: bool,
+) -> Result<(Option<PathBuf>, Option<DeviceLock>)> {
+    let journal = crate::config_file::get()
+        .journal(device, flag)
+        .value
+        .map(PathBuf::from);
+    let lock = journal
+        .as_deref()
+        .map(|j| identity::lock_journal(j, true, force))
+        .transpose()
+        .map_err(|e| anyhow!(e))?;
+    Ok((journal, lock))
+}
+
 fn create(a: &OsdCreateArgs, lock: &DeviceLock, size: Option<u64>) -> Result<()> {
     let dev = a.device.display();
     let contents = probe_device(&a.device, lock, size, a.force)?;
@@ -131,16 +150,7 @@ fn create(a: &OsdCreateArgs, lock: &DeviceLock, size: Option<u64>) -> Result<()>
         let (store, target) = a.cluster.connect().await?;
         let fsid = store.fsid().await?;
         ready_to_format(&a.device, lock, &contents, fsid, size, a.force)?;
-        // --journal, else the configuration file's [osd.journal] entry.
-        let journal = crate::config_file::get()
-            .journal(&a.device, a.journal.as_deref())
-            .value
-            .map(PathBuf::from);
-        let _journal_lock = journal
-            .as_deref()
-            .map(|j| identity::lock_journal(j, true, a.force))
-            .transpose()
-            .map_err(|e| anyhow!(e))?;
+        let (journal, _journal_lock) = journal_for(&a.device, a.journal.as_deref(), a.force)?;
         let layout = NewDevice {
             slices: a.shards,
             journal: journal.as_deref(),

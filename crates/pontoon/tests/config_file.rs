@@ -515,9 +515,65 @@ fn the_write_buffer_device_comes_from_the_file() {
         ),
     )
     .unwrap();
+    refused_without_journal(dev, &empty);
+    // With the file's [osd.journal], it serves.
+    let osd = Daemon::start(
+        dir.path(),
+        "osd-wbuf",
+        &["osd", "run", "--device", dev],
+        &[("PONTOON_CONFIG", f)],
+    );
+    osd.stop();
+    // `osd replace` takes the new device's write buffer from the file too.
+    let device2 = dir.path().join("data2");
+    let journal2 = dir.path().join("wbuf2");
+    std::fs::File::create(&journal2)
+        .unwrap()
+        .set_len(64 << 20)
+        .unwrap();
+    std::fs::write(
+        &file,
+        format!(
+            "{}{:?} = {:?}\n",
+            std::fs::read_to_string(&file).unwrap(),
+            device2.display().to_string(),
+            journal2.display().to_string(),
+        ),
+    )
+    .unwrap();
+    let env = [("PONTOON_CONFIG", f)];
+    let destroyed = run(&["osd", "destroy", "0"], &env);
+    assert!(
+        destroyed.status.success(),
+        "osd destroy: {}",
+        String::from_utf8_lossy(&destroyed.stderr)
+    );
+    let dev2 = device2.to_str().unwrap();
+    let out = run(
+        &["osd", "replace", "0", "--device", dev2, "--size", "256M"],
+        &env,
+    );
+    assert!(
+        out.status.success(),
+        "osd replace: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    refused_without_journal(dev2, &empty);
+    let osd = Daemon::start(
+        dir.path(),
+        "osd-wbuf2",
+        &["osd", "run", "--device", dev2],
+        &env,
+    );
+    osd.stop();
+}
+
+/// `osd run --device DEV` with a configuration that names no write-buffer
+/// device fails, saying the journal is missing.
+fn refused_without_journal(dev: &str, config: &std::path::Path) {
     let mut alone = pontoon_cmd(
         &["osd", "run", "--device", dev],
-        &[("PONTOON_CONFIG", empty.to_str().unwrap())],
+        &[("PONTOON_CONFIG", config.to_str().unwrap())],
     )
     .stdout(Stdio::null())
     .stderr(Stdio::piped())
@@ -537,12 +593,4 @@ fn the_write_buffer_device_comes_from_the_file() {
     let err = std::io::read_to_string(alone.stderr.take().unwrap()).unwrap();
     assert!(!status.success(), "{err}");
     assert!(err.contains("journal"), "{err}");
-    // With the file's [osd.journal], it serves.
-    let osd = Daemon::start(
-        dir.path(),
-        "osd-wbuf",
-        &["osd", "run", "--device", dev],
-        &[("PONTOON_CONFIG", f)],
-    );
-    osd.stop();
 }

@@ -148,6 +148,13 @@ fn noout_holds_a_dead_osd_in_and_unset_it_is_marked_out_and_backfilled() {
     assert_eq!(entry["set"], true, "{entry:#}");
     let ls = ok(dir, &["config", "ls"]);
     assert!(ls.contains("recovery_max_active"), "{ls}");
+    ok(dir, &["config", "set", "recovery_max_active", "7"]);
+    assert_eq!(
+        ok(dir, &["config", "rm", "recovery_max_active"]).trim(),
+        "recovery_max_active = 2 (default)"
+    );
+    let entry = json(dir, &["config", "get", "recovery_max_active", "--json"]);
+    assert_eq!(entry["set"], false, "{entry:#}");
 
     // Bad input: one line each.
     refused(dir, &["osd", "rm", "3"], 1, "osd.3 is up: stop its daemon");

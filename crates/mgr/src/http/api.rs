@@ -13,6 +13,10 @@ use axum::handler::Handler;
 use axum::http::{Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::MethodRouter;
+use std::collections::BTreeMap;
+
+use pontoon_cluster::osd_admin::{self, OsdFlag};
+use pontoon_cluster::runtime_config::ConfigKey;
 use pontoon_cluster::space::{FullRatios, space_report};
 use pontoon_cluster::{ClusterError, ClusterSettings, FailureDomain, MapStore, PoolRecord};
 use pontoon_types::{Epoch, OsdId, PgId};
@@ -477,6 +481,13 @@ struct SettingsPatch {
     full_ratios: Option<RatiosPatch>,
     #[serde(default)]
     deep_scrub_interval_secs: Option<u64>,
+    /// Runtime settings by their `pontoon config ls` names, as text
+    /// (`pontoon config set KEY VALUE`); null returns one to its default.
+    #[serde(default)]
+    config: BTreeMap<String, Option<String>>,
+    /// OSD flags to set (true) or unset (false): `pontoon osd set|unset`.
+    #[serde(default)]
+    flags: BTreeMap<String, bool>,
 }
 
 #[derive(Deserialize)]
@@ -510,6 +521,35 @@ async fn patch_settings(
     }
     if let Some(secs) = p.deep_scrub_interval_secs {
         s.store.set_deep_scrub_interval(secs).await?;
+    }
+    if !p.config.is_empty() || !p.flags.is_empty() {
+        let bad = |e: String| ApiError::bad_request(e);
+        let config = p
+            .config
+            .iter()
+            .map(|(k, v)| Ok((k.parse::<ConfigKey>().map_err(|e| bad(e.to_string()))?, v)))
+            .collect::<Result<Vec<_>, ApiError>>()?;
+        let flags = p
+            .flags
+            .iter()
+            .map(|(k, on)| Ok((k.parse::<OsdFlag>().map_err(bad)?, *on)))
+            .collect::<Result<Vec<_>, ApiError>>()?;
+        s.store
+            .update::<_, ApiError>(|m| {
+                let before = m.settings.clone();
+                for (key, value) in &config {
+                    match value {
+                        Some(v) => key.set(&mut m.settings, v),
+                        None => key.reset(&mut m.settings),
+                    }
+                    .map_err(|e| bad(e.to_string()))?;
+                }
+                for (flag, on) in &flags {
+                    osd_admin::set_flag(m, *flag, *on);
+                }
+                Ok(m.settings != before)
+            })
+            .await?;
     }
     Ok(Json(s.store.load().await?.settings))
 }

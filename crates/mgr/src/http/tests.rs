@@ -440,6 +440,45 @@ async fn pools_and_volumes_are_created_resized_and_removed() {
     assert_eq!(settings["full_ratios"]["nearfull"], 0.8);
     assert_eq!(settings["full_ratios"]["full"], 0.95);
     assert_eq!(settings["deep_scrub_interval_secs"], 3600);
+    let (status, settings) = api
+        .send(
+            "PATCH",
+            "/api/v1/settings",
+            Some(r#"{"config":{"out_after":"15m","recovery_max_active":"5"},"flags":{"noout":true}}"#),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{settings}");
+    assert_eq!(settings["osd"]["out_after_secs"], 900, "{settings}");
+    assert_eq!(settings["osd"]["recovery_max_active"], 5, "{settings}");
+    assert_eq!(settings["osd"]["flags"], json!(["noout"]), "{settings}");
+    let (status, settings) = api
+        .send(
+            "PATCH",
+            "/api/v1/settings",
+            Some(r#"{"config":{"out_after":null},"flags":{"noout":false}}"#),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{settings}");
+    assert_eq!(settings["osd"]["out_after_secs"], Value::Null, "{settings}");
+    assert!(settings["osd"]["flags"].is_null(), "{settings}");
+    let e = api
+        .fails(
+            "PATCH",
+            "/api/v1/settings",
+            Some(r#"{"config":{"recovery_max_active":"5","bogus":"1"}}"#),
+            400,
+        )
+        .await;
+    assert!(e.contains("bogus"), "{e}");
+    let e = api
+        .fails(
+            "PATCH",
+            "/api/v1/settings",
+            Some(r#"{"flags":{"nodown":true}}"#),
+            400,
+        )
+        .await;
+    assert!(e.contains("nodown"), "{e}");
 
     // Removal: a pool in use is a conflict; a volume twice is not found.
     let e = api.fails("DELETE", "/api/v1/pools/p", None, 409).await;
