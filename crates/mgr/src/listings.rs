@@ -107,6 +107,11 @@ pub struct PgView {
     pub state: String,
     /// Acting set, primary first.
     pub acting: Vec<u32>,
+    /// The balancer's exceptions to placement: `[from, to]` pairs, each an
+    /// OSD straw2 chose and the one that holds the copy instead (Ceph's
+    /// `pg_upmap_items`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub upmap: Vec<[u32; 2]>,
     /// Objects, from the primary.
     pub objects: u64,
     /// Scrub stamps and findings, from the primary.
@@ -131,6 +136,7 @@ pub fn pg_views(map: &ClusterMap, reports: &[OsdReport], pool: Option<&str>) -> 
                 pool: pool_name,
                 state: state.to_string(),
                 acting: rec.acting.iter().map(|o| o.0).collect(),
+                upmap: rec.upmap_items.iter().map(|u| [u.from.0, u.to.0]).collect(),
                 objects: report.map_or(0, |r| r.objects),
                 scrub: report.map(|r| r.scrub.clone()).unwrap_or_default(),
                 note: report.and_then(|r| r.note.clone()),

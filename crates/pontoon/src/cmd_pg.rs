@@ -118,6 +118,10 @@ pub fn run(args: PgArgs) -> Result<()> {
                 v.scrub.inconsistent_objects,
                 v.scrub.repaired_objects,
             );
+            if !v.upmap.is_empty() {
+                let pairs: Vec<String> = v.upmap.iter().map(|[f, t]| format!("{f}->{t}")).collect();
+                line.push_str(&format!("  upmap {}", pairs.join(",")));
+            }
             if let Some((done, all)) = v.scrub.progress {
                 line.push_str(&format!("  scrubbing {done}/{all}"));
             }

@@ -283,6 +283,31 @@ fn an_added_osd_is_balanced_to_within_five_percent_and_the_data_survives() {
         moved > 0,
         "moves are upmap exceptions: {st:#}"
     );
+    // `pg ls` shows each exception on its PG, and the acting set follows it.
+    let pgs = json(&dir, &["pg", "ls", "--json"]);
+    let listed: Vec<&Value> = pgs
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|p| p.get("upmap").is_some())
+        .collect();
+    assert_eq!(
+        listed
+            .iter()
+            .map(|p| p["upmap"].as_array().unwrap().len() as u64)
+            .sum::<u64>(),
+        st["upmaps"].as_u64().unwrap_or(0),
+        "{pgs:#}"
+    );
+    for p in &listed {
+        for pair in p["upmap"].as_array().unwrap() {
+            let acting = p["acting"].as_array().unwrap();
+            assert!(
+                acting.contains(&pair[1]) && !acting.contains(&pair[0]),
+                "{p:#}"
+            );
+        }
+    }
 
     let used_after = settled_usage(&dir);
     let moved_bytes: u64 = used_before
