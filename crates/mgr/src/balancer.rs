@@ -41,7 +41,7 @@ use pontoon_cluster::{
     recompute,
 };
 use pontoon_placement::{BalanceOptions, Upmap};
-use pontoon_types::{Epoch, OsdId, PgId};
+use pontoon_types::{Epoch, OsdId, PgId, PoolId};
 use serde::Serialize;
 
 use crate::status::PrimaryReports;
@@ -455,7 +455,8 @@ pub struct OsdScore {
     pub osd: u32,
     /// PG replicas it holds (PGs whose up set names it).
     pub pgs: u64,
-    /// Its weight share of every pool's replicas it may hold.
+    /// Its share of every pool's replicas: by weight, within what its
+    /// failure domain can hold.
     pub target: f64,
     /// `pgs` against `target`, in percent (+: above its share).
     pub deviation_pct: f64,
@@ -476,30 +477,41 @@ pub struct Score {
     pub upmaps: usize,
 }
 
-/// Scores the map's up sets: each OSD's PG replicas against its weight
-/// share of each pool (the pool's replicas times the OSD's weight over the
-/// weight of the OSDs that are in).
+/// Scores the map's up sets: each OSD's PG replicas against its share of
+/// each pool's replicas, by weight within what its failure domain can hold
+/// ([`PlacementMap::replica_targets`](pontoon_placement::PlacementMap::replica_targets)),
+/// the targets the balancer itself aims for.
 pub fn score(map: &ClusterMap) -> Score {
-    let eligible: Vec<(OsdId, u64)> = map
+    let placement = placement_map(map).ok().flatten();
+    let mut rows: BTreeMap<OsdId, (u64, f64)> = map
         .osds
         .values()
         .filter(|o| o.in_cluster && o.weight > 0)
-        .map(|o| (o.id, o.weight))
+        .map(|o| (o.id, (0, 0.0)))
         .collect();
-    let total_weight: f64 = eligible.iter().map(|(_, w)| *w as f64).sum();
-    let mut rows: BTreeMap<OsdId, (u64, f64)> =
-        eligible.iter().map(|(id, _)| (*id, (0, 0.0))).collect();
     let mut replicas = 0u64;
+    let mut per_pool: BTreeMap<PoolId, u64> = BTreeMap::new();
     for rec in map.pgs.values() {
         replicas += rec.up.len() as u64;
+        *per_pool.entry(rec.pg.pool).or_default() += rec.up.len() as u64;
         for o in &rec.up {
             rows.entry(*o).or_insert((0, 0.0)).0 += 1;
         }
     }
-    if total_weight > 0.0 {
-        for (id, w) in &eligible {
-            if let Some(row) = rows.get_mut(id) {
-                row.1 = replicas as f64 * *w as f64 / total_weight;
+    if let Some(placement) = &placement {
+        for (pool, held) in &per_pool {
+            let Some(rec) = map.pools.get(pool) else {
+                continue;
+            };
+            let targets = placement.replica_targets(&rec.rule(), 1);
+            let per_pg: f64 = targets.iter().map(|(_, t)| t).sum();
+            if per_pg <= 0.0 {
+                continue;
+            }
+            for (id, t) in targets {
+                if let Some(row) = rows.get_mut(&id) {
+                    row.1 += *held as f64 * t / per_pg;
+                }
             }
         }
     }

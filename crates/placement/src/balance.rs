@@ -122,7 +122,8 @@ struct State<'a> {
     exceptions: Vec<Vec<(u32, u32)>>,
     /// Replicas per slot.
     counts: Vec<i64>,
-    /// Weight-proportional share of all replicas per slot.
+    /// Each slot's share of all replicas: by weight, within what its
+    /// failure domain can hold ([`PlacementMap::replica_shares`]).
     target: Vec<f64>,
     /// PGs with a replica on each slot.
     pgs_on: Vec<Vec<u32>>,
@@ -603,9 +604,12 @@ impl PlacementMap {
                 total += 1;
             }
         }
-        let total_weight = self.total_weight() as f64;
-        for s in 0..n as u32 {
-            st.target[s as usize] = total as f64 * self.weight_at(s) as f64 / total_weight;
+        let shares = self.replica_shares(rule);
+        let per_pg: f64 = shares.iter().sum();
+        if per_pg > 0.0 {
+            for (t, share) in st.target.iter_mut().zip(&shares) {
+                *t = total as f64 * share / per_pg;
+            }
         }
         Ok((st, dropped))
     }
@@ -649,6 +653,72 @@ mod tests {
         osds.iter()
             .find(|o| o.id == id)
             .map_or("", |o| o.host.as_str())
+    }
+
+    #[test]
+    fn a_domain_holds_at_most_one_replica_of_a_pg_in_the_targets() {
+        let spec = |id: u32, host: &str, weight: u64| OsdSpec {
+            id: OsdId(id),
+            weight,
+            host: host.into(),
+            in_cluster: true,
+        };
+        // Three hosts, one with two OSDs: under a host rule with size 3
+        // each host holds one replica of every PG whatever its weight.
+        let osds = vec![
+            spec(0, "a", 1000),
+            spec(1, "a", 1000),
+            spec(2, "b", 1000),
+            spec(3, "c", 1000),
+        ];
+        let map = PlacementMap::new(&osds).unwrap();
+        let targets = |r: &PoolRule| -> Vec<f64> {
+            map.replica_targets(r, 100)
+                .iter()
+                .map(|(_, t)| *t)
+                .collect()
+        };
+        assert_eq!(
+            targets(&rule(FailureDomain::Host)),
+            [50.0, 50.0, 100.0, 100.0]
+        );
+        assert_eq!(targets(&rule(FailureDomain::Osd)), [75.0, 75.0, 75.0, 75.0]);
+        let two = PoolRule {
+            size: 2,
+            ..rule(FailureDomain::Host)
+        };
+        assert_eq!(targets(&two), [50.0, 50.0, 50.0, 50.0]);
+        // One OSD heavier than the rest together is capped at every PG.
+        let heavy = PlacementMap::new(&[
+            spec(0, "a", 9000),
+            spec(1, "b", 1000),
+            spec(2, "c", 1000),
+            spec(3, "d", 2000),
+        ])
+        .unwrap();
+        let t: Vec<f64> = heavy
+            .replica_targets(&two, 100)
+            .iter()
+            .map(|(_, t)| *t)
+            .collect();
+        assert!((t[0] - 100.0).abs() < 1e-9, "{t:?}");
+        assert!(
+            (t[1] - 25.0).abs() < 1e-9 && (t[3] - 50.0).abs() < 1e-9,
+            "{t:?}"
+        );
+        // The balancer reaches those targets: host a's two OSDs split its
+        // replicas evenly (weight targets had both short of an unreachable
+        // 96, so nothing moved between them).
+        let r = rule(FailureDomain::Host);
+        let raw = map.place_pool(&r, 128).unwrap();
+        let b = map
+            .balance(&r, &raw, &[], None, &BalanceOptions::tight())
+            .unwrap();
+        let counts = crate::stats::replica_counts(&b.acting);
+        assert_eq!((counts[&OsdId(2)], counts[&OsdId(3)]), (128, 128));
+        for id in [0, 1] {
+            assert!(counts[&OsdId(id)].abs_diff(64) <= 1, "{counts:?}");
+        }
     }
 
     #[test]

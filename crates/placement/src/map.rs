@@ -227,6 +227,64 @@ impl PlacementMap {
         }
     }
 
+    /// Each eligible OSD's expected share of a PG's replicas under `rule`,
+    /// by slot: weight-proportional, except that a failure domain holds at
+    /// most one replica of a PG, so a domain whose weight would earn it
+    /// more is capped at one and the rest is shared by weight among the
+    /// others (water-filling). The shares add up to the replicas a PG gets,
+    /// `min(size, domains)`. With hosts of unequal weight under a host
+    /// rule, plain weight shares are targets no placement can reach.
+    pub(crate) fn replica_shares(&self, rule: &PoolRule) -> Vec<f64> {
+        let domain_of = |slot: usize| match rule.failure_domain {
+            FailureDomain::Osd => slot,
+            FailureDomain::Host => self.host_of[slot] as usize,
+        };
+        let domains = self.domain_count(rule.failure_domain);
+        let mut weight = vec![0.0f64; domains];
+        for (slot, w) in self.weights.iter().enumerate() {
+            weight[domain_of(slot)] += *w as f64;
+        }
+        let mut share = vec![0.0f64; domains];
+        let mut open: Vec<usize> = (0..domains).filter(|d| weight[*d] > 0.0).collect();
+        let mut left = (rule.size as usize).min(open.len()) as f64;
+        // Capping every domain over one at once is exact: removing a
+        // domain that earned more than one replica raises the others'.
+        while left > 0.0 && !open.is_empty() {
+            let total: f64 = open.iter().map(|d| weight[*d]).sum();
+            let (full, rest): (Vec<usize>, Vec<usize>) = open
+                .iter()
+                .partition(|d| left * weight[**d] / total > 1.0 + 1e-12);
+            if full.is_empty() {
+                for d in &rest {
+                    share[*d] = left * weight[*d] / total;
+                }
+                break;
+            }
+            for d in &full {
+                share[*d] = 1.0;
+            }
+            left -= full.len() as f64;
+            open = rest;
+        }
+        (0..self.weights.len())
+            .map(|slot| {
+                let d = domain_of(slot);
+                share[d] * self.weights[slot] as f64 / weight[d]
+            })
+            .collect()
+    }
+
+    /// Each eligible OSD's expected replica count for `pgs` PGs under
+    /// `rule` (see [`replica_shares`](Self::replica_shares)): what the
+    /// balancer aims for and `balancer eval` scores against.
+    pub fn replica_targets(&self, rule: &PoolRule, pgs: u64) -> Vec<(OsdId, f64)> {
+        self.replica_shares(rule)
+            .into_iter()
+            .enumerate()
+            .map(|(slot, share)| (self.ids[slot], share * pgs as f64))
+            .collect()
+    }
+
     /// The acting set of PG `pg_index` of the pool: distinct OSDs, at most
     /// one per failure domain, best draw (the primary) first. It has
     /// `rule.size` entries unless fewer failure domains can take data.
@@ -342,11 +400,6 @@ impl PlacementMap {
     /// Host index of a slot.
     pub(crate) fn host_at(&self, slot: u32) -> u32 {
         self.host_of[slot as usize]
-    }
-
-    /// Weight of a slot.
-    pub(crate) fn weight_at(&self, slot: u32) -> u64 {
-        self.weights[slot as usize]
     }
 }
 
