@@ -2,11 +2,11 @@
 # Installs the Debian packages Pontoon's build, demo and tests use, when missing.
 # Usage: scripts/deps.sh [build|demo|test]   (default: test, which needs everything)
 set -euo pipefail
-want=(protobuf-compiler libprotobuf-dev etcd-server fio python3)
+want=(protobuf-compiler libprotobuf-dev libssl-dev pkg-config etcd-server fio python3)
 case "${1:-test}" in
-  build) want=(protobuf-compiler libprotobuf-dev) ;;
+  build) want=(protobuf-compiler libprotobuf-dev libssl-dev pkg-config) ;;
   demo) want+=(qemu-utils libnbd-bin jq curl) ;;
-  test) want+=(qemu-utils libnbd-bin nbdkit qemu-system-x86 linux-image-amd64 busybox-static cpio gcc libc6-dev iproute2 nftables prometheus chromium lintian debootstrap) ;;
+  test) want+=(qemu-utils libnbd-bin nbdkit nvme-cli openssl etcd-client curl qemu-system-x86 linux-image-amd64 busybox-static cpio gcc libc6-dev iproute2 nftables prometheus chromium lintian debootstrap) ;;
   *) echo "usage: $0 [build|demo|test]" >&2; exit 2 ;;
 esac
 missing=()

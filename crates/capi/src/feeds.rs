@@ -14,6 +14,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Once};
 
 use pontoon_client::MapFeed;
+use pontoon_cluster::EtcdAuth;
 
 use crate::error::Fail;
 
@@ -77,6 +78,7 @@ impl Owner {
 struct Entry {
     endpoints: Vec<String>,
     name: String,
+    auth: EtcdAuth,
     generation: u64,
     feed: Arc<MapFeed>,
     users: usize,
@@ -114,16 +116,17 @@ impl FeedRef {
     }
 }
 
-/// The process's feed for cluster `name` at `endpoints`, connecting it
-/// (and waiting for the first map) if there is none yet.
-pub(crate) fn acquire(endpoints: &[String], name: &str) -> Result<FeedRef, Fail> {
+/// The process's feed for cluster `name` at `endpoints` (reached with
+/// `auth`), connecting it (and waiting for the first map) if there is none
+/// yet.
+pub(crate) fn acquire(endpoints: &[String], name: &str, auth: &EtcdAuth) -> Result<FeedRef, Fail> {
     watch_forks();
     let generation = FORK_GENERATION.load(Ordering::Relaxed);
     let find = |list: &mut Vec<Entry>| -> Option<FeedRef> {
         forget_stale(list, generation);
         let e = list
             .iter_mut()
-            .find(|e| e.endpoints == endpoints && e.name == name)?;
+            .find(|e| e.endpoints == endpoints && e.name == name && e.auth == *auth)?;
         e.users += 1;
         Some(FeedRef {
             feed: e.feed.clone(),
@@ -134,7 +137,7 @@ pub(crate) fn acquire(endpoints: &[String], name: &str) -> Result<FeedRef, Fail>
         return Ok(r);
     }
     // Connect without the lock: it may take seconds.
-    let feed = MapFeed::connect(endpoints, name)?;
+    let feed = MapFeed::connect_with(endpoints, name, auth)?;
     let mut list = feeds();
     if let Some(r) = find(&mut list) {
         drop(list);
@@ -144,6 +147,7 @@ pub(crate) fn acquire(endpoints: &[String], name: &str) -> Result<FeedRef, Fail>
     list.push(Entry {
         endpoints: endpoints.to_vec(),
         name: name.to_string(),
+        auth: auth.clone(),
         generation,
         feed: feed.clone(),
         users: 1,

@@ -106,7 +106,11 @@ unsafe fn utf8<'a>(p: *const c_char, what: &str) -> Result<&'a str, Fail> {
 /// or "etcd=URL[,URL...][;name=NAME]"; NULL means $PONTOON_CLUSTER (a
 /// directory) or else $PONTOON_ETCD (URLs), as the pontoon command does.
 /// The cluster name is NAME, else $PONTOON_CLUSTER_NAME, else the one in
-/// cluster.toml, else "pontoon". Blocks until the cluster map is loaded
+/// cluster.toml, else "pontoon". A secured etcd's settings come from
+/// cluster.toml, or ";ca=FILE;cert=FILE;key=FILE;user=NAME;password_file=FILE"
+/// after the URLs, else $PONTOON_ETCD_CA_FILE, $PONTOON_ETCD_CERT_FILE,
+/// $PONTOON_ETCD_KEY_FILE, $PONTOON_ETCD_USER, $PONTOON_ETCD_PASSWORD_FILE
+/// (or $PONTOON_ETCD_PASSWORD). Blocks until the cluster map is loaded
 /// (etcd is tried for up to 5 s per endpoint).
 ///
 /// Returns 0 and sets *out, or -errno: -EINVAL (bad string, no cluster

@@ -10,11 +10,19 @@
 //!
 //! The file holds one `key = "value"` per line (`#` starts a comment line);
 //! [`ClusterFile`] reads and writes it.
+//!
+//! etcd's TLS settings and user ([`EtcdAuth`]) come with the location: a
+//! cluster directory's from its file (paths relative to the directory), an
+//! endpoint list's from `$PONTOON_ETCD_CA_FILE`, `$PONTOON_ETCD_CERT_FILE`,
+//! `$PONTOON_ETCD_KEY_FILE`, `$PONTOON_ETCD_USER`, `$PONTOON_ETCD_PASSWORD`
+//! and `$PONTOON_ETCD_PASSWORD_FILE`.
 
 use std::fmt::Write as _;
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
+
+use pontoon_cluster::{EtcdAuth, Secret};
 
 /// The cluster name used when none is given.
 pub const DEFAULT_CLUSTER_NAME: &str = "pontoon";
@@ -82,6 +90,21 @@ pub struct Location {
     pub dir: Option<PathBuf>,
     /// Its `cluster.toml`, when found through one.
     pub file: Option<ClusterFile>,
+    /// etcd's TLS settings and user.
+    pub auth: EtcdAuth,
+}
+
+/// The etcd TLS settings and user given by the environment
+/// (`$PONTOON_ETCD_CA_FILE` and the others the [module](self) names).
+pub fn auth_from_env() -> EtcdAuth {
+    EtcdAuth {
+        ca_file: env("PONTOON_ETCD_CA_FILE").map(PathBuf::from),
+        cert_file: env("PONTOON_ETCD_CERT_FILE").map(PathBuf::from),
+        key_file: env("PONTOON_ETCD_KEY_FILE").map(PathBuf::from),
+        user: env("PONTOON_ETCD_USER"),
+        password: env("PONTOON_ETCD_PASSWORD").map(Secret::new),
+        password_file: env("PONTOON_ETCD_PASSWORD_FILE").map(PathBuf::from),
+    }
 }
 
 /// Reads a non-empty environment variable.
@@ -122,6 +145,7 @@ pub fn resolve(
             name: name_override
                 .clone()
                 .unwrap_or_else(|| file.cluster_name.clone()),
+            auth: file.etcd_auth.clone().relative_to(&dir),
             dir: Some(dir),
             file: Some(file),
         })
@@ -134,6 +158,7 @@ pub fn resolve(
                 .unwrap_or_else(|| DEFAULT_CLUSTER_NAME.to_string()),
             dir: None,
             file: None,
+            auth: auth_from_env(),
         })
     };
     if let Some(dir) = dir {
@@ -185,6 +210,12 @@ pub struct ClusterFile {
     /// files written before it existed. A file holding one is written
     /// readable by its owner only.
     pub api_token: Option<String>,
+    /// How `pontoon` commands reach etcd: its CA, the client certificate
+    /// and key, the admin user and its password file (paths relative to
+    /// the directory); empty for a cluster whose etcd asks for nothing.
+    /// Keys `etcd_ca_file`, `etcd_cert_file`, `etcd_key_file`,
+    /// `etcd_user`, `etcd_password_file`; never a password itself.
+    pub etcd_auth: EtcdAuth,
 }
 
 impl ClusterFile {
@@ -251,6 +282,14 @@ impl ClusterFile {
             pid: u32::try_from(num("pid")?).map_err(|_| bad("pid is too large".into()))?,
             http: get("http").ok().map(str::to_string),
             api_token: get("api_token").ok().map(str::to_string),
+            etcd_auth: EtcdAuth {
+                ca_file: get("etcd_ca_file").ok().map(PathBuf::from),
+                cert_file: get("etcd_cert_file").ok().map(PathBuf::from),
+                key_file: get("etcd_key_file").ok().map(PathBuf::from),
+                user: get("etcd_user").ok().map(str::to_string),
+                password: None,
+                password_file: get("etcd_password_file").ok().map(PathBuf::from),
+            },
         })
     }
 
@@ -279,6 +318,19 @@ impl ClusterFile {
         }
         if let Some(token) = &self.api_token {
             line("api_token", token);
+        }
+        let a = &self.etcd_auth;
+        let path = |p: &Option<PathBuf>| p.as_ref().map(|p| p.display().to_string());
+        for (k, v) in [
+            ("etcd_ca_file", path(&a.ca_file)),
+            ("etcd_cert_file", path(&a.cert_file)),
+            ("etcd_key_file", path(&a.key_file)),
+            ("etcd_user", a.user.clone()),
+            ("etcd_password_file", path(&a.password_file)),
+        ] {
+            if let Some(v) = v {
+                line(k, &v);
+            }
         }
         s
     }
@@ -409,7 +461,45 @@ mod tests {
             pid: 42,
             http: None,
             api_token: None,
+            etcd_auth: EtcdAuth::none(),
         }
+    }
+
+    #[test]
+    fn etcd_credentials_are_paths_relative_to_the_directory() {
+        let mut f = sample();
+        f.etcd = "https://127.0.0.1:2379".into();
+        f.etcd_auth = EtcdAuth {
+            ca_file: Some("etcd-pki/ca.pem".into()),
+            cert_file: Some("etcd-pki/client.pem".into()),
+            key_file: Some("etcd-pki/client.key".into()),
+            user: Some("admin".into()),
+            password: None,
+            password_file: Some("etcd-pki/admin.password".into()),
+        };
+        let text = f.render();
+        assert!(text.contains("etcd_user = \"admin\""), "{text}");
+        assert!(!text.contains("password = "), "{text}");
+        assert_eq!(ClusterFile::parse(&text).unwrap(), f);
+        let dir = tempfile::tempdir().unwrap();
+        f.store(dir.path()).unwrap();
+        let at = resolve(Some(dir.path()), None, None).unwrap();
+        assert_eq!(
+            at.auth.ca_file.as_deref(),
+            Some(dir.path().join("etcd-pki/ca.pem").as_path())
+        );
+        assert_eq!(at.auth.user.as_deref(), Some("admin"));
+        assert_eq!(
+            at.auth.password_file,
+            Some(dir.path().join("etcd-pki/admin.password"))
+        );
+        // A file without them (an older or an insecure cluster): none.
+        assert!(
+            ClusterFile::parse(&sample().render())
+                .unwrap()
+                .etcd_auth
+                .is_empty()
+        );
     }
 
     #[test]

@@ -8,7 +8,7 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use pontoon_cluster::{ClusterMap, MapStore};
+use pontoon_cluster::{ClusterMap, EtcdAuth, MapStore};
 
 use crate::ClientError;
 
@@ -36,16 +36,26 @@ impl MapFeed {
         })
     }
 
-    /// A feed kept current by a watch on the etcd map of cluster `name`,
-    /// from a thread of its own. Returns once the first map is loaded.
+    /// [`MapFeed::connect_with`] an etcd that asks for no TLS or credentials.
     pub fn connect(endpoints: &[String], name: &str) -> Result<Arc<Self>, ClientError> {
+        Self::connect_with(endpoints, name, &EtcdAuth::none())
+    }
+
+    /// A feed kept current by a watch on the etcd map of cluster `name`
+    /// (reached with `auth`), from a thread of its own. Returns once the
+    /// first map is loaded.
+    pub fn connect_with(
+        endpoints: &[String],
+        name: &str,
+        auth: &EtcdAuth,
+    ) -> Result<Arc<Self>, ClientError> {
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
             .map_err(|e| ClientError::Cluster(format!("starting the control runtime: {e}")))?;
         let (store, mut rx) = rt
             .block_on(async {
-                let store = MapStore::connect(endpoints, name).await?;
+                let store = MapStore::connect_with(endpoints, name, auth).await?;
                 let rx = store.watch().await?;
                 Ok::<_, pontoon_cluster::ClusterError>((store, rx))
             })

@@ -17,12 +17,13 @@ use tokio::sync::watch;
 use tokio::time::{sleep, timeout};
 
 use crate::ScrubRequest;
+use crate::etcd_auth::{Credentials, EtcdAuth};
 use crate::keys::{self, EPOCH, LEADER};
 use crate::model::{
     ClusterMap, DEFAULT_OBJECT_SIZE, FailureDomain, MAX_PGS_PER_POOL, NVMF_DISCOVERY_NQN,
-    NVMF_MAX_HOSTS, NVMF_MAX_NAMESPACES, NVMF_MAX_NQN_LEN, NVMF_MAX_NSID, NvmfNamespaceRecord,
-    NvmfSubsystemRecord, OsdRecord, OsdReport, PoolRecord, VolumeRecord, format_uuid,
-    is_valid_name,
+    NVMF_MAX_HOSTS, NVMF_MAX_NAMESPACES, NVMF_MAX_NQN_LEN, NVMF_MAX_NSID, NvmfHostAuthRecord,
+    NvmfNamespaceRecord, NvmfSubsystemRecord, OsdRecord, OsdReport, PoolRecord, VolumeRecord,
+    format_uuid, is_valid_name,
 };
 use crate::pgmap::recompute;
 use crate::space::FullRatios;
@@ -71,6 +72,11 @@ fn member_failed(e: &etcd_client::Error) -> bool {
 struct Conn {
     endpoints: Vec<String>,
     current: std::sync::Mutex<(usize, Client)>,
+    /// TLS and user of every connection (the files read once, at connect).
+    creds: Credentials,
+    /// The key read to check that a member answers (the cluster's
+    /// prefix: a user limited to it may read nothing else).
+    probe: String,
 }
 
 impl Conn {
@@ -91,7 +97,14 @@ impl Conn {
                 return;
             }
             let i = (failed + step) % n;
-            if let Ok(client) = connect_member(&self.endpoints[i], FAILOVER_CONNECT_TIMEOUT).await {
+            if let Ok(client) = connect_member(
+                &self.endpoints[i],
+                FAILOVER_CONNECT_TIMEOUT,
+                &self.creds,
+                &self.probe,
+            )
+            .await
+            {
                 let mut cur = match self.current.lock() {
                     Ok(c) => c,
                     Err(poisoned) => poisoned.into_inner(),
@@ -107,26 +120,34 @@ impl Conn {
 }
 
 /// How a client of one member connects: within `connect_timeout`, with
-/// keep-alives, and asking for a leader on every request (a member cut
-/// off from the others refuses rather than serving stale reads).
-fn member_options(connect_timeout: Duration) -> ConnectOptions {
-    ConnectOptions::new()
-        .with_connect_timeout(connect_timeout)
-        .with_keep_alive(Duration::from_secs(5), Duration::from_secs(5))
-        .with_keep_alive_while_idle(true)
-        .with_require_leader(true)
+/// keep-alives, asking for a leader on every request (a member cut off
+/// from the others refuses rather than serving stale reads), with the
+/// process's TLS settings and etcd user.
+fn member_options(connect_timeout: Duration, creds: &Credentials) -> ConnectOptions {
+    creds.apply(
+        ConnectOptions::new()
+            .with_connect_timeout(connect_timeout)
+            .with_keep_alive(Duration::from_secs(5), Duration::from_secs(5))
+            .with_keep_alive_while_idle(true)
+            .with_require_leader(true),
+    )
 }
 
-/// A client of the one member at `endpoint`, once it answers a read
-/// within `within` (a member without a leader refuses it).
-async fn connect_member(endpoint: &str, within: Duration) -> Result<Client, String> {
+/// A client of the one member at `endpoint`, once it answers a read of
+/// `probe` within `within` (a member without a leader refuses it).
+async fn connect_member(
+    endpoint: &str,
+    within: Duration,
+    creds: &Credentials,
+    probe: &str,
+) -> Result<Client, String> {
     let attempt = async {
-        let client = Client::connect([endpoint], Some(member_options(within)))
+        let client = Client::connect([endpoint], Some(member_options(within, creds)))
             .await
             .map_err(|e| e.to_string())?;
         client
             .kv_client()
-            .get("/pontoon/", Some(GetOptions::new().with_count_only()))
+            .get(probe, Some(GetOptions::new().with_count_only()))
             .await
             .map_err(|e| e.to_string())?;
         Ok::<_, String>(client)
@@ -199,12 +220,24 @@ impl std::fmt::Debug for MapStore {
 }
 
 impl MapStore {
-    /// Connects to etcd at `endpoints` (`host:port` or `http://host:port`)
-    /// for the cluster named `cluster`: to the first member, in order, that
-    /// answers within [`CONNECT_TIMEOUT`]. An unreachable etcd is reported
-    /// here, not at the first operation. Requests go to that member until
-    /// it fails, then to the next that answers.
+    /// [`MapStore::connect_with`] without TLS or credentials: for an etcd
+    /// that asks for none (tests, a `pontoon up --etcd-insecure` cluster).
     pub async fn connect(endpoints: &[String], cluster: &str) -> Result<Self, ClusterError> {
+        Self::connect_with(endpoints, cluster, &EtcdAuth::none()).await
+    }
+
+    /// Connects to etcd at `endpoints` (`host:port`, `http://host:port` or,
+    /// with TLS, `https://host:port`) for the cluster named `cluster`, with
+    /// `auth`'s TLS settings and user: to the first member, in order, that
+    /// answers within [`CONNECT_TIMEOUT`]. An unreachable etcd, a refused
+    /// certificate or password, is reported here, not at the first
+    /// operation. Requests go to that member until it fails, then to the
+    /// next that answers.
+    pub async fn connect_with(
+        endpoints: &[String],
+        cluster: &str,
+        auth: &EtcdAuth,
+    ) -> Result<Self, ClusterError> {
         if !is_valid_name(cluster) {
             return Err(ClusterError::InvalidArgument(format!(
                 "cluster name {cluster:?} must be 1-{} characters of [A-Za-z0-9._-]",
@@ -216,11 +249,16 @@ impl MapStore {
                 "no etcd endpoints given".into(),
             ));
         }
+        for ep in endpoints {
+            auth.check_endpoint(ep)?;
+        }
+        let creds = auth.load()?;
+        let prefix = format!("/pontoon/{cluster}/");
         let joined = endpoints.join(",");
         let mut why = Vec::new();
         let mut found = None;
         for (i, ep) in endpoints.iter().enumerate() {
-            match connect_member(ep, CONNECT_TIMEOUT).await {
+            match connect_member(ep, CONNECT_TIMEOUT, &creds, &prefix).await {
                 Ok(client) => {
                     found = Some((i, client));
                     break;
@@ -238,9 +276,11 @@ impl MapStore {
             conn: Arc::new(Conn {
                 endpoints: endpoints.to_vec(),
                 current: std::sync::Mutex::new(current),
+                creds,
+                probe: prefix.clone(),
             }),
             cluster: cluster.to_string(),
-            prefix: format!("/pontoon/{cluster}/"),
+            prefix,
             endpoints: joined,
             endpoint_list: Arc::new(endpoints.to_vec()),
         })
@@ -305,7 +345,11 @@ impl MapStore {
     pub(crate) async fn fresh_client(&self, attempt: usize) -> Result<Client, etcd_client::Error> {
         let n = self.endpoint_list.len().max(1);
         let ep = self.endpoint_list[attempt % n].clone();
-        Client::connect([ep], Some(member_options(FRESH_CONNECT_TIMEOUT))).await
+        Client::connect(
+            [ep],
+            Some(member_options(FRESH_CONNECT_TIMEOUT, &self.conn.creds)),
+        )
+        .await
     }
 
     /// The map's epoch as etcd holds it now (a linearizable read).
@@ -971,6 +1015,18 @@ impl MapStore {
 
     /// Adds `host` (a host NQN) to subsystem `nqn`'s allow-list.
     pub async fn nvmf_allow_host(&self, nqn: &str, host: &str) -> Result<(), ClusterError> {
+        self.nvmf_allow_host_with(nqn, host, None).await
+    }
+
+    /// Adds `host` to subsystem `nqn`'s allow-list, requiring DH-HMAC-CHAP
+    /// with `auth` if given (in the same map change, so the host is never
+    /// allowed without it).
+    pub async fn nvmf_allow_host_with(
+        &self,
+        nqn: &str,
+        host: &str,
+        auth: Option<NvmfHostAuthRecord>,
+    ) -> Result<(), ClusterError> {
         check_nqn("host", host)?;
         self.update::<_, ClusterError>(|m| {
             let sub = m
@@ -989,7 +1045,40 @@ impl MapStore {
                 )));
             }
             sub.hosts.insert(host.to_string());
+            if let Some(a) = &auth {
+                sub.dhchap.insert(host.to_string(), a.clone());
+            }
             Ok(true)
+        })
+        .await?;
+        Ok(())
+    }
+
+    /// Sets (or with `None` clears) the DH-HMAC-CHAP secrets of `host`, which
+    /// must be on subsystem `nqn`'s allow-list. Gateways use the new
+    /// secrets from the host's next authentication on; a host that did
+    /// not authenticate when it connected and now must is disconnected.
+    pub async fn nvmf_set_host_auth(
+        &self,
+        nqn: &str,
+        host: &str,
+        auth: Option<NvmfHostAuthRecord>,
+    ) -> Result<(), ClusterError> {
+        self.update::<_, ClusterError>(|m| {
+            let sub = m
+                .nvmf
+                .get_mut(nqn)
+                .ok_or_else(|| not_found("subsystem", nqn))?;
+            if !sub.hosts.contains(host) {
+                return Err(ClusterError::NotFound {
+                    kind: "host",
+                    name: format!("{host} in the allow-list of subsystem {nqn}"),
+                });
+            }
+            Ok(match &auth {
+                Some(a) => sub.dhchap.insert(host.to_string(), a.clone()).as_ref() != Some(a),
+                None => sub.dhchap.remove(host).is_some(),
+            })
         })
         .await?;
         Ok(())
@@ -1010,6 +1099,7 @@ impl MapStore {
                     name: format!("{host} in the allow-list of subsystem {nqn}"),
                 });
             }
+            sub.dhchap.remove(host);
             Ok(true)
         })
         .await?;
@@ -1367,8 +1457,32 @@ pub fn single_member_args(
     client_port: u16,
     peer_port: u16,
 ) -> Vec<String> {
-    let client_url = format!("http://127.0.0.1:{client_port}");
-    let peer_url = format!("http://127.0.0.1:{peer_port}");
+    member_args("http", name, data_dir, client_port, peer_port)
+}
+
+/// [`single_member_args`] on `https://` URLs, with `tls` (etcd's
+/// certificate, CA and client-certificate flags) added.
+pub fn single_member_args_tls(
+    name: &str,
+    data_dir: &std::path::Path,
+    client_port: u16,
+    peer_port: u16,
+    tls: Vec<String>,
+) -> Vec<String> {
+    let mut args = member_args("https", name, data_dir, client_port, peer_port);
+    args.extend(tls);
+    args
+}
+
+fn member_args(
+    scheme: &str,
+    name: &str,
+    data_dir: &std::path::Path,
+    client_port: u16,
+    peer_port: u16,
+) -> Vec<String> {
+    let client_url = format!("{scheme}://127.0.0.1:{client_port}");
+    let peer_url = format!("{scheme}://127.0.0.1:{peer_port}");
     vec![
         format!("--name={name}"),
         format!("--data-dir={}", data_dir.display()),

@@ -50,11 +50,13 @@ pub const SETTINGS: &str = "settings";
 pub const FSID: &str = "fsid";
 /// Key of the OSD ids handed out to devices not yet run ([`crate::identity`]).
 pub const CREATED_OSDS: &str = "created_osds";
+/// Prefix of the entities' records (`auth/<entity>`, [`crate::auth`]).
+pub const AUTH: &str = "auth/";
 
 /// The prefixes (ending in `/`) and single keys a map load reads;
 /// anything else under the cluster prefix (reports, leader) is not part of
 /// the map.
-pub const MAP_RANGES: [&str; 11] = [
+pub const MAP_RANGES: [&str; 12] = [
     EPOCH,
     NEXT,
     OSDS,
@@ -66,6 +68,7 @@ pub const MAP_RANGES: [&str; 11] = [
     SETTINGS,
     FSID,
     CREATED_OSDS,
+    AUTH,
 ];
 
 /// Whether a relative key belongs to the map (a change to it must reach
@@ -196,6 +199,14 @@ pub fn encode(map: &ClusterMap) -> Result<BTreeMap<String, Vec<u8>>, ClusterErro
         let v = json(&k, rec)?;
         out.insert(k, v);
     }
+    for (entity, rec) in &map.auth {
+        let k = format!("{AUTH}{entity}");
+        if rec.entity != *entity {
+            return Err(corrupt(&k, format!("cannot encode: holds {}", rec.entity)));
+        }
+        let v = json(&k, rec)?;
+        out.insert(k, v);
+    }
     Ok(out)
 }
 
@@ -288,6 +299,14 @@ pub fn decode<'a>(
                 ));
             }
             map.nvmf.insert(nqn, rec);
+        } else if let Some(name) = key.strip_prefix(AUTH) {
+            let entity = crate::auth::EntityName::parse(name).map_err(|e| corrupt(key, e))?;
+            let rec: crate::auth::AuthRecord = from_json(key, value)?;
+            if rec.entity != entity {
+                return Err(corrupt(key, format!("holds the record of {}", rec.entity)));
+            }
+            rec.validate().map_err(|e| corrupt(key, e))?;
+            map.auth.insert(entity, rec);
         } else {
             return Err(corrupt(key, "not a key of the cluster map"));
         }
@@ -370,6 +389,32 @@ mod tests {
             rec.hosts.insert("nqn.host".into());
             m.nvmf.insert(nqn.into(), rec);
         }
+        let admin: crate::auth::EntityName = "client.admin".parse().unwrap();
+        crate::auth::add(
+            &mut m.auth,
+            &admin,
+            crate::auth::Caps::admin(),
+            crate::auth::AuthKey::generate(),
+            1,
+        )
+        .unwrap();
+        let osd = crate::auth::EntityName::osd(1);
+        crate::auth::add(
+            &mut m.auth,
+            &osd,
+            crate::auth::Caps::profile(crate::auth::Profile::Osd),
+            crate::auth::AuthKey::generate(),
+            1,
+        )
+        .unwrap();
+        crate::auth::rotate(
+            &mut m.auth,
+            &osd,
+            crate::auth::AuthKey::generate(),
+            std::time::Duration::from_secs(5),
+            2,
+        )
+        .unwrap();
         for i in 0..2000 {
             let pg = PgId::new(1, i);
             m.pgs.insert(
@@ -397,6 +442,7 @@ mod tests {
         let kvs = encode(&m).unwrap();
         assert!(kvs.contains_key("pgs/1/0") && kvs.contains_key("pgs/1/1024"));
         assert_eq!(kvs.keys().filter(|k| k.starts_with(PGS)).count(), 2);
+        assert!(kvs.contains_key("auth/client.admin") && kvs.contains_key("auth/osd.1"));
         assert!(
             kvs.contains_key("nvmf/nqn.2024-01.io.pontoon:db"),
             "{:?}",
@@ -500,6 +546,14 @@ mod tests {
             decode("c", bad),
             Err(ClusterError::Corrupt { .. })
         ));
+        let admin = kvs["auth/client.admin"].clone();
+        for key in ["auth/client.other", "auth/admin"] {
+            let bad = [(key, admin.as_slice())];
+            assert!(
+                matches!(decode("c", bad), Err(ClusterError::Corrupt { .. })),
+                "{key}"
+            );
+        }
         let bad = [("weird", b"".as_slice())];
         assert!(matches!(
             decode("c", bad),
@@ -546,6 +600,7 @@ mod tests {
         assert!(is_map_key("alive/3"));
         assert!(is_map_key("pgs/1/0"));
         assert!(is_map_key("nvmf/nqn.x"));
+        assert!(is_map_key("auth/client.admin"));
         assert!(!is_map_key("reports/3"));
         assert!(!is_map_key("mgr/leader"));
         assert!(!is_map_key("epochs"));

@@ -29,6 +29,7 @@
 //! | `daemons/<kind>.<name>` | a running daemon and its `/metrics` address, attached to its lease ([`daemons`]; not part of the map) |
 //! | `history/<tier>/<start>/<group>` | capacity history chunks, binary ([`history`]; not part of the map) |
 //! | `endurance/<osd>` | an OSD's rated endurance ([`history::RatedEndurance`]; not part of the map) |
+//! | `auth/<entity>` | [`auth::AuthRecord`]: an entity's caps and key(s) ([`auth`]) |
 //! | `config/api_token` | the REST API token ([`config`]; not part of the map) |
 //! | `mgr/balancer` | the balancer's latest round ([`balancer::BalancerStatus`]; not part of the map) |
 //!
@@ -62,10 +63,12 @@
 
 #![warn(missing_docs)]
 
+pub mod auth;
 pub mod balancer;
 pub mod config;
 pub mod daemons;
 pub mod etcd;
+pub mod etcd_auth;
 pub mod history;
 pub mod identity;
 pub mod keys;
@@ -78,6 +81,7 @@ pub mod space;
 pub mod testkit;
 
 pub use etcd::{MapStore, Updated};
+pub use etcd_auth::{EtcdAuth, Secret};
 pub use identity::{ClusterFsid, weight_for_size};
 pub use lease::{Leadership, OsdLease};
 pub use model::{

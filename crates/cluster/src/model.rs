@@ -344,6 +344,52 @@ pub struct NvmfSubsystemRecord {
     /// runs with `--allow-any-host`).
     #[serde(default)]
     pub hosts: BTreeSet<String>,
+    /// DH-HMAC-CHAP (NVMe in-band authentication) of the hosts that must
+    /// authenticate, by host NQN; each is also in `hosts`.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub dhchap: BTreeMap<String, NvmfHostAuthRecord>,
+}
+
+/// What one host must authenticate with: secrets in the NVMe `DHHC-1:`
+/// form (`nvme gen-dhchap-key`), checked by the CLI before they are
+/// stored. Its `Debug` form never shows a secret.
+#[derive(Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct NvmfHostAuthRecord {
+    /// The host's secret.
+    pub secret: String,
+    /// The controller's secret, for bidirectional authentication.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ctrl_secret: Option<String>,
+    /// The hash the gateway picks (`sha256`, `sha384`, `sha512`; none: the
+    /// host's first).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hash: Option<String>,
+    /// The DH group the gateway picks (`null`, `ffdhe2048` ...
+    /// `ffdhe8192`; none: ffdhe2048 first).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dhgroup: Option<String>,
+}
+
+/// `DHHC-1:01:<redacted>` for a secret's text.
+pub fn redact_dhchap_secret(secret: &str) -> String {
+    match secret.get(..10).filter(|p| p.starts_with("DHHC-1:")) {
+        Some(prefix) => format!("{prefix}<redacted>"),
+        None => "<redacted>".into(),
+    }
+}
+
+impl std::fmt::Debug for NvmfHostAuthRecord {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NvmfHostAuthRecord")
+            .field("secret", &redact_dhchap_secret(&self.secret))
+            .field(
+                "ctrl_secret",
+                &self.ctrl_secret.as_deref().map(redact_dhchap_secret),
+            )
+            .field("hash", &self.hash)
+            .field("dhgroup", &self.dhgroup)
+            .finish()
+    }
 }
 
 impl NvmfSubsystemRecord {
@@ -792,6 +838,9 @@ pub struct ClusterMap {
     /// OSD ids handed out to devices (`pontoon osd create`) whose OSD has
     /// not registered yet.
     pub created_osds: BTreeSet<OsdId>,
+    /// Entities, their keys and caps (`auth/<entity>`, [`crate::auth`]).
+    /// Holds secrets: the whole-map JSON leaves it out.
+    pub auth: crate::auth::AuthTable,
 }
 
 impl ClusterMap {
@@ -1022,7 +1071,8 @@ impl ClusterMap {
 }
 
 /// The JSON form of a whole [`ClusterMap`] (for status output and
-/// debugging; etcd stores the records one per key instead).
+/// debugging; etcd stores the records one per key instead). It leaves out
+/// the auth table, which holds keys.
 #[derive(Serialize, Deserialize)]
 struct ClusterMapRepr {
     name: String,
@@ -1082,6 +1132,8 @@ impl<'de> Deserialize<'de> for ClusterMap {
             settings: r.settings,
             fsid: r.fsid,
             created_osds: r.created_osds.into_iter().collect(),
+            // Never in the JSON form: it holds keys.
+            auth: Default::default(),
         })
     }
 }
@@ -1177,6 +1229,7 @@ mod tests {
                     },
                 )]),
                 hosts: BTreeSet::from(["nqn.2014-08.org.nvmexpress:uuid:h1".to_string()]),
+                dhchap: BTreeMap::new(),
             },
         );
         m
@@ -1305,6 +1358,38 @@ mod tests {
         assert!(m.nvmf_exports_of("vm2").is_empty());
         assert_eq!(rec.namespace_of("vm1"), Some(2));
         assert_eq!(rec.free_nsid(), Some(1));
+    }
+
+    #[test]
+    fn nvmf_dhchap_records_round_trip_and_never_debug_print_a_secret() {
+        let secret = "DHHC-1:01:Fm2CIELwRfD78oTjkx2ymCdhf3el0WFeEhYN4oFanL0eoJ69:";
+        let mut rec = NvmfSubsystemRecord {
+            nqn: "nqn.x".into(),
+            ..Default::default()
+        };
+        rec.hosts.insert("nqn.h".into());
+        rec.dhchap.insert(
+            "nqn.h".into(),
+            NvmfHostAuthRecord {
+                secret: secret.into(),
+                ctrl_secret: Some(secret.replace(":01:", ":00:")),
+                hash: Some("sha384".into()),
+                dhgroup: None,
+            },
+        );
+        let json = serde_json::to_string(&rec).unwrap();
+        assert_eq!(
+            serde_json::from_str::<NvmfSubsystemRecord>(&json).unwrap(),
+            rec
+        );
+        let dbg = format!("{rec:?}");
+        assert!(!dbg.contains("Fm2C"), "{dbg}");
+        assert!(dbg.contains("DHHC-1:01:<redacted>"), "{dbg}");
+        // Records written before DH-HMAC-CHAP read with no secrets.
+        let old: NvmfSubsystemRecord =
+            serde_json::from_str(r#"{"nqn":"nqn.x","hosts":["nqn.h"]}"#).unwrap();
+        assert!(old.dhchap.is_empty());
+        assert!(!serde_json::to_string(&old).unwrap().contains("dhchap"));
     }
 
     #[test]

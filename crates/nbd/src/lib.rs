@@ -8,7 +8,9 @@
 //! of requests that are not 4 KiB-aligned, and the listener with its worker
 //! threads. It bounds everything a client can make it hold: payload size,
 //! requests in flight and buffered bytes per connection, option sizes and
-//! counts, handshake time.
+//! counts, handshake time. It upgrades connections to TLS on
+//! `NBD_OPT_STARTTLS` (x509 or pre-shared keys, [`tls`]) and shows each
+//! client identity only the exports its list allows ([`ExportAccess`]).
 //!
 //! It must never trust a length or offset from the network before checking
 //! it, panic or allocate on unchecked input, block a worker thread, share a
@@ -32,13 +34,17 @@
 //! server.stop().unwrap();
 //! ```
 
+mod access;
 mod handshake;
 pub mod proto;
 mod rmw;
 mod server;
+pub mod tls;
 mod transmission;
 
+pub use access::{EVERYONE, ExportAccess, ExportRule, PoolOf, format_lists, parse_lists};
 pub use server::{CatalogFactory, DEFAULT_PORT, ServerConfig, ServerHandle, start};
+pub use tls::{Identity, TlsConfig, TlsMode};
 pub use transmission::errno_of;
 
 use pontoon_volume::VolumeError;
@@ -58,6 +64,9 @@ pub enum NbdError {
     /// The server configuration is inconsistent.
     #[error("invalid configuration: {0}")]
     Config(String),
+    /// The TLS handshake or session failed.
+    #[error("TLS: {0}")]
+    Tls(String),
     /// A worker thread failed to start or panicked.
     #[error("worker thread: {0}")]
     Worker(String),

@@ -17,8 +17,10 @@ use pontoon_volume::{VOLUME_BLOCK, VolumeCatalog};
 use tracing::{debug, info};
 
 use crate::NbdError;
-use crate::handshake::{self, Outcome};
+use crate::access::ExportAccess;
+use crate::handshake::{self, Link, Outcome};
 use crate::rmw::RangeLocks;
+use crate::tls::{TlsAcceptor, TlsConfig};
 use crate::transmission;
 use pontoon_net::stream::Inbound;
 
@@ -62,6 +64,10 @@ pub struct ServerConfig {
     pub shutdown_grace: Duration,
     /// Most connections per worker; more are closed on accept.
     pub max_connections: usize,
+    /// TLS mode and credentials.
+    pub tls: TlsConfig,
+    /// Which exports each client identity may list and open.
+    pub access: ExportAccess,
 }
 
 impl Default for ServerConfig {
@@ -78,6 +84,8 @@ impl Default for ServerConfig {
             handshake_timeout: Duration::from_secs(30),
             shutdown_grace: Duration::from_secs(10),
             max_connections: 1024,
+            tls: TlsConfig::default(),
+            access: ExportAccess::unrestricted(),
         }
     }
 }
@@ -121,7 +129,7 @@ impl ServerConfig {
         if self.max_in_flight == 0 || self.max_connections == 0 {
             return bad("max_in_flight and max_connections must be positive");
         }
-        Ok(())
+        self.tls.validate(self.listen)
     }
 }
 
@@ -151,6 +159,8 @@ pub fn start<C: VolumeCatalog>(
     factory: CatalogFactory<C>,
 ) -> Result<ServerHandle, NbdError> {
     config.validate()?;
+    let tls = TlsAcceptor::new(&config.tls)?;
+    let (tls_mode, export_lists) = (config.tls.mode, config.access.is_restricted());
     let listen = ListenConfig {
         listen: config.listen,
         workers: config.workers,
@@ -163,11 +173,17 @@ pub fn start<C: VolumeCatalog>(
         Arc::new(move |stop| Worker {
             catalog: factory(),
             config: config.clone(),
+            tls: tls.clone(),
             stop,
             locks: RefCell::default(),
         }),
     )?;
-    info!(local_addr = %workers.local_addr(), "NBD server listening");
+    info!(
+        local_addr = %workers.local_addr(),
+        tls = %tls_mode,
+        export_lists,
+        "NBD server listening"
+    );
     Ok(ServerHandle { workers })
 }
 
@@ -175,6 +191,8 @@ pub fn start<C: VolumeCatalog>(
 struct Worker<C> {
     catalog: C,
     config: ServerConfig,
+    /// The TLS context, unless TLS is off.
+    tls: Option<TlsAcceptor>,
     stop: Stop,
     /// Range locks per volume name, shared by this worker's connections.
     locks: RefCell<HashMap<String, Weak<RangeLocks>>>,
@@ -204,38 +222,64 @@ async fn serve_connection<C: VolumeCatalog>(
     stream: TcpStream,
     peer: SocketAddr,
 ) {
-    let mut inbound = Inbound::new(stream.clone());
-    let mut out = stream.clone();
+    let link = Link::Plain {
+        inbound: Inbound::new(stream.clone()),
+        out: stream.clone(),
+    };
     let negotiated = compio::time::timeout(
         worker.config.handshake_timeout,
         handshake::negotiate(
-            &mut inbound,
-            &mut out,
+            link,
+            stream.clone(),
             &worker.catalog,
             &worker.config,
+            worker.tls.as_ref(),
             &worker.stop,
         ),
     )
     .await;
-    drop(out);
-    let session = match negotiated {
+    let (session, link) = match negotiated {
         Err(_) => return debug!(%peer, "handshake timed out"),
+        Ok(Err(NbdError::Tls(e))) => return info!(%peer, "TLS handshake refused: {e}"),
         Ok(Err(e)) => return debug!(%peer, "handshake failed: {e}"),
         Ok(Ok(Outcome::Closed(why))) => return debug!(%peer, "closed during handshake: {why}"),
-        Ok(Ok(Outcome::Transmission(s))) => s,
+        Ok(Ok(Outcome::Transmission(s, link))) => (s, link),
     };
-    debug!(%peer, export = %session.name, structured = session.structured, "transmission");
+    debug!(
+        %peer,
+        export = %session.name,
+        structured = session.structured,
+        tls = link.is_tls(),
+        "transmission"
+    );
     let locks = worker.locks_for(&session.name);
-    if let Err(e) = transmission::serve(
-        session,
-        inbound,
-        stream,
-        locks,
-        &worker.config,
-        &worker.stop,
-    )
-    .await
-    {
+    let served = match link {
+        Link::Plain { inbound, out } => {
+            transmission::serve(
+                session,
+                inbound,
+                out,
+                Some(stream),
+                locks,
+                &worker.config,
+                &worker.stop,
+            )
+            .await
+        }
+        Link::Tls { inbound, out } => {
+            transmission::serve(
+                session,
+                inbound,
+                out,
+                None,
+                locks,
+                &worker.config,
+                &worker.stop,
+            )
+            .await
+        }
+    };
+    if let Err(e) = served {
         debug!(%peer, "connection ended: {e}");
     }
 }

@@ -19,7 +19,7 @@ use std::io;
 use std::rc::Rc;
 use std::time::Duration;
 
-use compio::io::AsyncWrite;
+use compio::io::{AsyncRead, AsyncWrite};
 use compio::net::TcpStream;
 use futures::FutureExt;
 use pontoon_buf::AlignedBuf;
@@ -92,15 +92,22 @@ enum End {
 }
 
 /// Serves one connection from the end of negotiation to the close.
-pub(crate) async fn serve<V: BlockVolume>(
+/// `inbound` and `stream` are the connection's two directions (the socket,
+/// or a TLS session's halves); `send_now` is the bare socket when replies
+/// may be written to it directly (not under TLS).
+pub(crate) async fn serve<V: BlockVolume, R: AsyncRead, W: AsyncWrite + Clone + 'static>(
     session: Session<V>,
-    mut inbound: Inbound,
-    stream: TcpStream,
+    mut inbound: Inbound<R>,
+    stream: W,
+    send_now: Option<TcpStream>,
     locks: Rc<RangeLocks>,
     config: &ServerConfig,
     stop: &Stop,
 ) -> Result<(), NbdError> {
-    let queue = Rc::new(ReplyQueue::new(stream.clone()));
+    let queue = Rc::new(match send_now {
+        Some(socket) => ReplyQueue::new(socket),
+        None => ReplyQueue::writer_only(),
+    });
     let writer = compio::runtime::spawn(write_replies(stream.clone(), queue.clone()));
     let conn = Rc::new(Conn {
         volume: session.volume,
@@ -161,9 +168,9 @@ async fn unless_stopped<F: Future>(stop: &Stop, stopping: bool, f: F) -> Option<
 }
 
 /// The request loop: returns why it stopped.
-async fn read_requests<V: BlockVolume>(
+async fn read_requests<V: BlockVolume, R: AsyncRead>(
     conn: &Rc<Conn<V>>,
-    inbound: &mut Inbound,
+    inbound: &mut Inbound<R>,
     budget: &Rc<Budget>,
     stop: &Stop,
 ) -> End {

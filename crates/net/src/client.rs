@@ -10,16 +10,21 @@ use compio::net::TcpStream;
 use compio::runtime::JoinHandle;
 use futures::channel::oneshot;
 use pontoon_buf::AlignedBuf;
+use pontoon_proto::handshake::MAX_HANDSHAKE_META;
 use pontoon_proto::{
-    Hello, MAX_DATA, Message, PROTOCOL_VERSION, ProtoError, Role, Session, Status,
+    AuthChallenge, AuthHello, AuthProof, FrameHeader, Hello, MAX_DATA, Message, MsgType,
+    PROTOCOL_VERSION, ProtoError, Reply, Role, Session, Status,
 };
 use rustc_hash::FxHashMap;
-use tracing::{debug, trace};
+use tracing::{debug, trace, warn};
 
+use crate::auth::{
+    self, AuthError, ClientAuth, SessionKeys, Transcript, WireMode, check_entity_name, counters,
+};
 use crate::budget::Budget;
 use crate::wire::{
-    FrameReader, Hold, OutData, OutQueue, ReadError, encode_frame, shutdown, within, write_frame,
-    write_frames,
+    FrameReader, Hold, OutData, OutQueue, ReadError, encode_frame, encode_raw, shutdown, within,
+    write_frame, write_frames,
 };
 use crate::{Limits, NetError};
 
@@ -51,6 +56,26 @@ impl From<ReadError> for NetError {
             ReadError::Io(e) => NetError::Io(e),
             ReadError::Header { err, .. } | ReadError::Message { err, .. } => NetError::Proto(err),
             ReadError::Truncated { .. } => NetError::Closed,
+            ReadError::Integrity { .. } => NetError::Auth(AuthError::Integrity),
+        }
+    }
+}
+
+/// How a connection introduces itself.
+#[derive(Clone, Debug)]
+pub(crate) enum Credential {
+    /// A plain hello claiming a role (mode none).
+    Role(Role),
+    /// An entity with its key, in its mode.
+    Auth(Rc<ClientAuth>),
+}
+
+impl Credential {
+    /// The role the connection speaks as.
+    pub(crate) fn role(&self) -> Role {
+        match self {
+            Credential::Role(r) => *r,
+            Credential::Auth(a) => a.role(),
         }
     }
 }
@@ -70,6 +95,11 @@ impl Inner {
     /// Marks the connection closed, shuts the socket down and fails every
     /// outstanding call with [`NetError::Closed`]. Idempotent.
     fn fail(&self) {
+        self.fail_with(&NetError::Closed);
+    }
+
+    /// [`Inner::fail`], failing outstanding calls with `why`.
+    fn fail_with(&self, why: &NetError) {
         if self.closed.replace(true) {
             return;
         }
@@ -77,7 +107,7 @@ impl Inner {
         shutdown(&self.stream);
         let pending = std::mem::take(&mut *self.pending.borrow_mut());
         for (_, tx) in pending {
-            let _ = tx.send(Err(NetError::Closed));
+            let _ = tx.send(Err(why.duplicate()));
         }
     }
 }
@@ -116,6 +146,9 @@ pub struct KeepWaiting<'a> {
 pub struct RpcConn {
     inner: Rc<Inner>,
     peer: SocketAddr,
+    /// The server's entity, when the connection authenticated.
+    server_entity: Option<String>,
+    mode: WireMode,
     /// Reader and writer tasks: cancelled when the connection is dropped.
     _tasks: [JoinHandle<()>; 2],
 }
@@ -150,7 +183,22 @@ impl RpcConn {
         timeout: Duration,
         limits: Limits,
     ) -> Result<Rc<RpcConn>, NetError> {
-        Self::connect_in_session(addr, role, None, timeout, limits).await
+        Self::connect_in_session(addr, &Credential::Role(role), None, timeout, limits).await
+    }
+
+    /// Connects as `auth`'s entity: in a protected mode, proves the
+    /// entity's key, checks the server's proof and protects every frame
+    /// (see [`crate::auth`]); in [`WireMode::None`], says a plain hello
+    /// with the entity's role. `timeout` covers the TCP connect and the
+    /// whole handshake.
+    pub async fn connect_auth(
+        addr: SocketAddr,
+        auth: &ClientAuth,
+        timeout: Duration,
+        limits: Limits,
+    ) -> Result<Rc<RpcConn>, NetError> {
+        let cred = Credential::Auth(Rc::new(auth.clone()));
+        Self::connect_in_session(addr, &cred, None, timeout, limits).await
     }
 
     /// [`RpcConn::connect_with`] as connection `session.seq` of a session
@@ -158,15 +206,38 @@ impl RpcConn {
     /// session's earlier connections.
     pub(crate) async fn connect_in_session(
         addr: SocketAddr,
-        role: Role,
+        cred: &Credential,
         session: Option<Session>,
         timeout: Duration,
         limits: Limits,
     ) -> Result<Rc<RpcConn>, NetError> {
-        let (stream, reader) = within(Some(timeout), handshake(addr, role, session))
-            .await
-            .ok_or(NetError::Timeout)??;
+        let said = within(Some(timeout), handshake(addr, cred, session)).await;
+        let Some(said) = said else {
+            if matches!(cred, Credential::Auth(a) if a.mode() != WireMode::None) {
+                counters::TIMED_OUT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            }
+            return Err(NetError::Timeout);
+        };
+        let Said {
+            stream,
+            mut reader,
+            keys,
+            server_entity,
+        } = said.inspect_err(|e| {
+            if let NetError::Auth(e) = e {
+                counters::refused(e);
+            }
+        })?;
         let queue = Rc::new(OutQueue::new(stream.clone()));
+        let mode = match (cred, keys) {
+            (Credential::Auth(a), Some(keys)) => {
+                reader.protect_with(keys.recv);
+                queue.protect_with(keys.send);
+                counters::AUTHENTICATED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                a.mode()
+            }
+            _ => WireMode::None,
+        };
         let inner = Rc::new(Inner {
             stream: stream.clone(),
             pending: RefCell::default(),
@@ -189,6 +260,8 @@ impl RpcConn {
         Ok(Rc::new(RpcConn {
             inner,
             peer: addr,
+            server_entity,
+            mode,
             _tasks: [reader, writer],
         }))
     }
@@ -294,8 +367,8 @@ impl RpcConn {
         }
         let id = inner.next_id.get();
         inner.next_id.set(id.wrapping_add(1).max(1));
-        let mut frame =
-            encode_frame(id, msg, data).map_err(|e| CallError::NotSent(NetError::Proto(e)))?;
+        let mut frame = encode_frame(id, msg, data, inner.queue.is_protected())
+            .map_err(|e| CallError::NotSent(NetError::Proto(e)))?;
         // The slot stays taken while either the call waits or its request
         // is still queued.
         frame.hold = Hold::Shared(permit.clone());
@@ -323,6 +396,17 @@ impl RpcConn {
         self.peer
     }
 
+    /// The entity the server named itself as and proved it belongs to the
+    /// cluster (it holds our key); `None` in mode none.
+    pub fn server_entity(&self) -> Option<&str> {
+        self.server_entity.as_deref()
+    }
+
+    /// The connection's wire mode.
+    pub fn mode(&self) -> WireMode {
+        self.mode
+    }
+
     /// Calls waiting for their answer.
     pub fn outstanding(&self) -> usize {
         self.inner.pending.borrow().len()
@@ -340,27 +424,63 @@ impl Drop for RpcConn {
     }
 }
 
-/// Connects, sends the hello and checks its answer.
+/// What a finished handshake leaves.
+struct Said {
+    stream: TcpStream,
+    reader: FrameReader,
+    /// Session keys, in a protected mode.
+    keys: Option<SessionKeys>,
+    server_entity: Option<String>,
+}
+
+/// Connects, says hello (or authenticates) and checks the answer.
 async fn handshake(
     addr: SocketAddr,
-    role: Role,
+    cred: &Credential,
     session: Option<Session>,
-) -> Result<(TcpStream, FrameReader), NetError> {
+) -> Result<Said, NetError> {
     let mut stream = TcpStream::connect(addr).await?;
     stream.set_nodelay(true)?;
+    let reader = FrameReader::new(stream.clone());
+    match cred {
+        Credential::Auth(a) if a.mode() != WireMode::None => {
+            authenticate(stream, reader, a, session).await
+        }
+        _ => {
+            let role = cred.role();
+            let auth = match cred {
+                Credential::Auth(a) => Some(&**a),
+                Credential::Role(_) => None,
+            };
+            plain_hello(&mut stream, reader, role, session, auth)
+                .await
+                .map(|reader| Said {
+                    stream,
+                    reader,
+                    keys: None,
+                    server_entity: None,
+                })
+        }
+    }
+}
+
+/// Mode none: sends `Hello{version, role, session}`, expects `Ok`.
+async fn plain_hello(
+    stream: &mut TcpStream,
+    mut reader: FrameReader,
+    role: Role,
+    session: Option<Session>,
+    auth: Option<&ClientAuth>,
+) -> Result<FrameReader, NetError> {
     let hello = Message::Hello(Hello {
         version: PROTOCOL_VERSION,
         role,
         session,
     });
-    write_frame(&mut stream, encode_frame(0, &hello, None)?).await?;
-    let mut reader = FrameReader::new(stream.clone());
+    write_frame(stream, encode_frame(0, &hello, None, false)?).await?;
     match reader.read_frame(|_| async { Ok(()) }).await {
-        Ok(Some((_, Message::Reply(r), _, ()))) if r.status == Status::Ok => Ok((stream, reader)),
-        Ok(Some((_, Message::Reply(r), _, ()))) => Err(NetError::HelloRefused(format!(
-            "{:?}: {}",
-            r.status, r.message
-        ))),
+        Ok(Some((_, Message::Reply(r), _, ()))) if r.status == Status::Ok => Ok(reader),
+        Ok(Some((_, Message::Reply(r), _, ()))) => Err(refused(&r, auth)),
         Ok(Some(_)) => Err(NetError::Proto(ProtoError::Malformed(
             "hello",
             "the answer is not a reply",
@@ -368,6 +488,108 @@ async fn handshake(
         Ok(None) => Err(NetError::Closed),
         Err(e) => Err(e.into()),
     }
+}
+
+/// The error for a server's refusal `r`: an authentication error when it
+/// is one, else [`NetError::HelloRefused`].
+fn refused(r: &Reply, auth: Option<&ClientAuth>) -> NetError {
+    match AuthError::from_refusal(&r.message, auth) {
+        AuthError::Handshake(_) if auth.is_none_or(|a| a.mode() == WireMode::None) => {
+            NetError::HelloRefused(format!("{:?}: {}", r.status, r.message))
+        }
+        e => NetError::Auth(e),
+    }
+}
+
+/// Reads the server's next handshake frame: `expect`, or a refusal.
+async fn read_step(
+    reader: &mut FrameReader,
+    expect: MsgType,
+    auth: &ClientAuth,
+) -> Result<Vec<u8>, NetError> {
+    let allow = |h: &FrameHeader| {
+        if (h.msg_type == expect as u16 || h.msg_type == MsgType::Reply as u16)
+            && h.meta_len <= MAX_HANDSHAKE_META + 1024
+        {
+            Ok(())
+        } else {
+            Err(ProtoError::Malformed("handshake", "unexpected answer"))
+        }
+    };
+    match reader.read_raw(allow).await {
+        Ok(Some((h, meta))) if h.msg_type == expect as u16 => Ok(meta),
+        Ok(Some((h, meta))) => match Message::decode(h.msg_type, &meta)? {
+            Message::Reply(r) if r.status != Status::Ok => Err(refused(&r, Some(auth))),
+            _ => Err(NetError::Auth(AuthError::Handshake(
+                "the server accepted without authenticating: it does not run this mode".into(),
+            ))),
+        },
+        Ok(None) => Err(NetError::Closed),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// A protected mode: `AuthHello`, challenge, our proof, the server's proof.
+async fn authenticate(
+    mut stream: TcpStream,
+    mut reader: FrameReader,
+    a: &ClientAuth,
+    session: Option<Session>,
+) -> Result<Said, NetError> {
+    let hello = AuthHello {
+        version: auth::VERSION,
+        role: a.role(),
+        session,
+        mode: a.mode().code(),
+        entity: a.entity().to_string(),
+        nonce: auth::nonce().map_err(NetError::Auth)?,
+    };
+    let frame = encode_raw(MsgType::AuthHello as u16, 0, &hello.encode());
+    write_frame(&mut stream, frame).await?;
+
+    let meta = read_step(&mut reader, MsgType::AuthChallenge, a).await?;
+    let ch = AuthChallenge::decode(&meta)?;
+    let server_mode = WireMode::from_code(ch.mode).ok_or(NetError::Proto(
+        ProtoError::Malformed("auth challenge", "unknown mode"),
+    ))?;
+    if server_mode != a.mode() {
+        return Err(NetError::Auth(AuthError::ModeMismatch {
+            server: server_mode,
+            client: a.mode(),
+        }));
+    }
+    check_entity_name(&ch.entity).map_err(NetError::Auth)?;
+    let t = Transcript::of(&hello, a.mode(), &ch.entity, ch.nonce);
+    let proof = AuthProof {
+        proof: t.client_proof(a.key()),
+    };
+    let frame = encode_raw(MsgType::AuthProof as u16, 0, &proof.encode());
+    write_frame(&mut stream, frame).await?;
+
+    let meta = read_step(&mut reader, MsgType::AuthProof, a).await?;
+    let theirs = AuthProof::decode(&meta)?;
+    if !crate::seal::ct_eq(&theirs.proof, &t.server_proof(a.key())) {
+        return Err(NetError::Auth(AuthError::ServerProof(ch.entity)));
+    }
+    let keys = SessionKeys::client(a.mode(), &t, a.key()).ok_or_else(|| {
+        NetError::Auth(AuthError::Handshake(
+            "cannot set up the session keys".into(),
+        ))
+    })?;
+    let addr = addr_of(&stream);
+    debug!(%addr, entity = a.entity(), server = %ch.entity, mode = %a.mode(), "authenticated");
+    Ok(Said {
+        stream,
+        reader,
+        keys: Some(keys),
+        server_entity: Some(ch.entity),
+    })
+}
+
+fn addr_of(stream: &TcpStream) -> String {
+    stream
+        .peer_addr()
+        .map_or_else(|_| "?".to_string(), |a| a.to_string())
 }
 
 /// Hands every answer to its waiting call until the connection ends, then
@@ -396,6 +618,12 @@ async fn read_answers(inner: Rc<Inner>, mut reader: FrameReader, addr: SocketAdd
             Ok(None) => {
                 debug!(%addr, "closed by the server");
                 break;
+            }
+            Err(ReadError::Integrity { req_id }) => {
+                warn!(%addr, req_id, "an answer failed its integrity check; closing");
+                counters::INTEGRITY_FAILURES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                inner.fail_with(&NetError::Auth(AuthError::Integrity));
+                return;
             }
             Err(e) => {
                 debug!(%addr, "connection failed: {e:?}");

@@ -59,6 +59,16 @@
 //! when the protocol version differs. The server passes the peer's [`Role`]
 //! to every [`Handler::handle`] call.
 //!
+//! In a protected [`WireMode`] (authenticated or secure, one setting per
+//! cluster) the first frame is an `AuthHello` instead, and both sides prove
+//! they hold the client entity's key before any request is handled; every
+//! frame after carries tags under per-connection keys, and in secure mode
+//! is encrypted (see [`auth`]). The server then passes the proven [`Peer`]
+//! (entity, role derived from it, caps) to [`Handler::handle_from`]. The
+//! default stays [`WireMode::None`]: [`serve`], [`RpcConn::connect`] and
+//! [`ConnPool::new`] behave as before; [`serve_auth`],
+//! [`RpcConn::connect_auth`] and [`ConnPool::with_auth`] take the keys.
+//!
 //! # Example
 //!
 //! ```
@@ -94,10 +104,12 @@
 
 #![warn(missing_docs)]
 
+pub mod auth;
 pub mod budget;
 mod client;
 pub mod listener;
 mod pool;
+mod seal;
 mod send_now;
 mod server;
 mod session;
@@ -109,10 +121,13 @@ use std::time::Duration;
 use pontoon_buf::AlignedBuf;
 use pontoon_proto::{Message, ProtoError};
 
+pub use auth::{
+    AuthError, Caps, ClientAuth, EntityKey, EntityKeys, Key, KeyLookup, Peer, ServerAuth, WireMode,
+};
 pub use client::{KeepWaiting, RpcConn};
 pub use pontoon_proto::Role;
 pub use pool::ConnPool;
-pub use server::{Handler, serve, serve_conn};
+pub use server::{Handler, serve, serve_auth, serve_conn, serve_conn_auth};
 
 /// One decoded frame.
 #[derive(Debug)]
@@ -148,6 +163,11 @@ pub enum NetError {
     /// The server answered the hello with an error.
     #[error("hello refused: {0}")]
     HelloRefused(String),
+    /// Authentication failed (unknown entity, bad proof, mode mismatch,
+    /// ...), or a frame failed its integrity check and the connection
+    /// closed.
+    #[error("{0}")]
+    Auth(#[from] auth::AuthError),
     /// Too many requests are outstanding. Not returned by this crate's
     /// calls (they wait for a slot instead); kept for callers that refuse
     /// rather than wait.
@@ -166,6 +186,7 @@ impl NetError {
             NetError::Timeout => NetError::Timeout,
             NetError::Abandoned(why) => NetError::Abandoned(why),
             NetError::HelloRefused(s) => NetError::HelloRefused(s.clone()),
+            NetError::Auth(e) => NetError::Auth(e.clone()),
             NetError::TooManyInFlight => NetError::TooManyInFlight,
         }
     }

@@ -11,7 +11,8 @@ use pontoon_buf::AlignedBuf;
 use pontoon_proto::{Message, Role, Session};
 use rustc_hash::FxHashMap;
 
-use crate::client::{Answer, CallError, KeepWaiting, RpcConn};
+use crate::auth::ClientAuth;
+use crate::client::{Answer, CallError, Credential, KeepWaiting, RpcConn};
 use crate::wire::OutData;
 use crate::{Limits, NetError};
 
@@ -39,7 +40,8 @@ type Map = RefCell<FxHashMap<SocketAddr, Entry>>;
 /// connection it replaces (a request stuck unread on it cannot land after
 /// its own retry).
 pub struct ConnPool {
-    role: Role,
+    /// How new connections introduce themselves.
+    cred: RefCell<Credential>,
     connect_timeout: Duration,
     limits: Limits,
     conns: Rc<Map>,
@@ -50,7 +52,7 @@ pub struct ConnPool {
 impl std::fmt::Debug for ConnPool {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ConnPool")
-            .field("role", &self.role)
+            .field("role", &self.cred.borrow().role())
             .field("connections", &self.conns.borrow().len())
             .finish()
     }
@@ -65,8 +67,24 @@ impl ConnPool {
 
     /// A pool whose connections use `limits`.
     pub fn with_limits(role: Role, connect_timeout: Duration, limits: Limits) -> Rc<Self> {
+        Self::with_credential(Credential::Role(role), connect_timeout, limits)
+    }
+
+    /// A pool whose connections authenticate as `auth`'s entity, in its
+    /// mode (see [`RpcConn::connect_auth`]).
+    pub fn with_auth(auth: ClientAuth, connect_timeout: Duration, limits: Limits) -> Rc<Self> {
+        Self::with_credential(Credential::Auth(Rc::new(auth)), connect_timeout, limits)
+    }
+
+    /// Connections made from now on authenticate with `auth` (a new key
+    /// after a rotation, or the cluster's mode changed); open ones are kept.
+    pub fn set_auth(&self, auth: ClientAuth) {
+        *self.cred.borrow_mut() = Credential::Auth(Rc::new(auth));
+    }
+
+    fn with_credential(cred: Credential, connect_timeout: Duration, limits: Limits) -> Rc<Self> {
         Rc::new(Self {
-            role,
+            cred: RefCell::new(cred),
             connect_timeout,
             limits,
             conns: Rc::default(),
@@ -91,7 +109,7 @@ impl ConnPool {
                         Rc::downgrade(&self.conns),
                         generation,
                         addr,
-                        self.role,
+                        self.cred.borrow().clone(),
                         Session {
                             id: self.session,
                             seq: generation,
@@ -241,13 +259,13 @@ fn connect(
     conns: Weak<Map>,
     generation: u64,
     addr: SocketAddr,
-    role: Role,
+    cred: Credential,
     session: Session,
     timeout: Duration,
     limits: Limits,
 ) -> Connecting {
     async move {
-        let r = RpcConn::connect_in_session(addr, role, Some(session), timeout, limits).await;
+        let r = RpcConn::connect_in_session(addr, &cred, Some(session), timeout, limits).await;
         if let Some(conns) = conns.upgrade() {
             let mut map = conns.borrow_mut();
             if matches!(map.get(&addr), Some(Entry::Connecting(g, _)) if *g == generation) {

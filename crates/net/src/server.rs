@@ -4,8 +4,10 @@
 //! order.
 //!
 //! Connection states, in order:
-//! - *hello*: the first frame must be a `Hello` of our protocol version,
-//!   within `hello_timeout`;
+//! - *hello*: the first frame must be a `Hello` of our protocol version
+//!   (mode none) or an `AuthHello` followed by the rest of the
+//!   authentication handshake (protected modes, see [`crate::auth`]),
+//!   all within `hello_timeout`;
 //! - *serving*: reading requests, dispatching them;
 //! - *draining*: the reader stopped (end of stream, socket error, idle
 //!   timeout, a frame that does not decode); requests in flight finish and
@@ -24,15 +26,23 @@ use compio::net::{TcpListener, TcpStream};
 use compio::runtime::JoinHandle;
 use futures::FutureExt;
 use pontoon_buf::AlignedBuf;
-use pontoon_proto::{Message, MsgType, PROTOCOL_VERSION, ProtoError, Reply, Role, Session, Status};
+use pontoon_proto::handshake::MAX_HANDSHAKE_META;
+use pontoon_proto::{
+    AuthChallenge, AuthHello, AuthProof, FrameHeader, Message, MsgType, PROTOCOL_VERSION,
+    ProtoError, Reply, Role, Session, Status,
+};
 use pontoon_types::{Epoch, Version};
 use tracing::{debug, error, warn};
 
+use crate::auth::{
+    self, AuthError, Peer, ServerAuth, SessionKeys, Transcript, WireMode, check_entity_name,
+    counters, role_of,
+};
 use crate::budget::{Budget, Permit};
 use crate::session::{Member, Sessions};
 use crate::wire::{
-    FrameReader, Hold, OutData, OutQueue, Outgoing, ReadError, encode_frame, shutdown, within,
-    write_frame, write_frames,
+    FrameReader, Hold, OutData, OutQueue, Outgoing, ReadError, encode_frame, encode_raw, shutdown,
+    within, write_frame, write_frames,
 };
 use crate::{Frame, Limits};
 
@@ -56,6 +66,19 @@ pub trait Handler: 'static {
         peer: Role,
         frame: Frame,
     ) -> impl Future<Output = (Message, Option<AlignedBuf>)>;
+
+    /// Answers one request from `peer`, as the connection's handshake
+    /// established it: its role (derived from its proven entity in a
+    /// protected mode), entity name, key generation and caps. What the
+    /// server calls; by default it calls [`Handler::handle`] with the
+    /// role. Implement it to check the entity or its caps per request.
+    fn handle_from(
+        self: Rc<Self>,
+        peer: Rc<Peer>,
+        frame: Frame,
+    ) -> impl Future<Output = (Message, Option<AlignedBuf>)> {
+        self.handle(peer.role, frame)
+    }
 }
 
 /// Accepts connections forever, one task per connection running
@@ -66,6 +89,17 @@ pub trait Handler: 'static {
 /// closes the listener and every connection it accepted (their sockets are
 /// shut down; handler tasks still running finish, their replies are dropped).
 pub async fn serve<H: Handler>(listener: TcpListener, handler: Rc<H>, limits: Limits) {
+    serve_auth(listener, handler, limits, Rc::new(ServerAuth::none())).await
+}
+
+/// [`serve`] with every connection authenticated as `auth` says (its mode
+/// may change while serving: see [`ServerAuth::set_mode`]).
+pub async fn serve_auth<H: Handler>(
+    listener: TcpListener,
+    handler: Rc<H>,
+    limits: Limits,
+    auth: Rc<ServerAuth>,
+) {
     let mut conns: Vec<JoinHandle<()>> = Vec::new();
     let sessions = Rc::new(Sessions::default());
     loop {
@@ -78,6 +112,7 @@ pub async fn serve<H: Handler>(listener: TcpListener, handler: Rc<H>, limits: Li
                     handler.clone(),
                     limits.clone(),
                     sessions.clone(),
+                    auth.clone(),
                 )));
             }
             Err(e) => {
@@ -91,7 +126,7 @@ pub async fn serve<H: Handler>(listener: TcpListener, handler: Rc<H>, limits: Li
 /// What every task of one connection shares.
 struct Conn<H> {
     handler: Rc<H>,
-    peer: Role,
+    peer: Rc<Peer>,
     queue: Rc<OutQueue>,
 }
 
@@ -137,17 +172,26 @@ impl From<ReadError> for End {
                 req_id,
                 detail: "connection ended inside a frame".into(),
             },
+            ReadError::Integrity { req_id } => End::Malformed {
+                req_id,
+                detail: AuthError::Integrity.to_string(),
+            },
         }
     }
 }
 
-/// Encodes a reply with no data (always fits in a frame).
-fn reply_frame(req_id: u64, reply: Reply) -> Option<Outgoing> {
-    encode_frame(req_id, &Message::Reply(reply), None).ok()
+/// Encodes a reply with no data (always fits in a frame); `protected`:
+/// for a connection that seals its frames.
+fn reply_frame(req_id: u64, reply: Reply, protected: bool) -> Option<Outgoing> {
+    encode_frame(req_id, &Message::Reply(reply), None, protected).ok()
 }
 
-fn malformed(req_id: u64, detail: &str) -> Option<Outgoing> {
-    reply_frame(req_id, Reply::error(Status::Malformed, Epoch(0), detail))
+fn malformed(req_id: u64, detail: &str, protected: bool) -> Option<Outgoing> {
+    reply_frame(
+        req_id,
+        Reply::error(Status::Malformed, Epoch(0), detail),
+        protected,
+    )
 }
 
 /// Serves one accepted connection until it closes.
@@ -171,7 +215,17 @@ fn malformed(req_id: u64, detail: &str) -> Option<Outgoing> {
 /// session to be superseded by; [`serve`] tracks sessions across the
 /// connections it accepts.
 pub async fn serve_conn<H: Handler>(stream: TcpStream, handler: Rc<H>, limits: Limits) {
-    serve_session_conn(stream, handler, limits, Rc::default()).await
+    serve_conn_auth(stream, handler, limits, Rc::new(ServerAuth::none())).await
+}
+
+/// [`serve_conn`], authenticating the peer as `auth` says.
+pub async fn serve_conn_auth<H: Handler>(
+    stream: TcpStream,
+    handler: Rc<H>,
+    limits: Limits,
+    auth: Rc<ServerAuth>,
+) {
+    serve_session_conn(stream, handler, limits, Rc::default(), auth).await
 }
 
 /// [`serve_conn`] among the other connections of `sessions`.
@@ -180,6 +234,7 @@ async fn serve_session_conn<H: Handler>(
     handler: Rc<H>,
     limits: Limits,
     sessions: Rc<Sessions>,
+    auth: Rc<ServerAuth>,
 ) {
     let addr: Option<SocketAddr> = stream.peer_addr().ok();
     if let Err(e) = stream.set_nodelay(true) {
@@ -194,10 +249,19 @@ async fn serve_session_conn<H: Handler>(
 
     let hello = within(
         Some(limits.hello_timeout),
-        hello(&mut reader, stream.clone()),
+        hello(&mut reader, stream.clone(), &auth),
     );
-    let (peer, session) = match hello.await {
-        None => return debug!(?addr, "no hello in time; closing"),
+    let Accepted {
+        peer,
+        session,
+        keys,
+    } = match hello.await {
+        None => {
+            if auth.mode() != WireMode::None {
+                counters::TIMED_OUT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            }
+            return debug!(?addr, "no hello in time; closing");
+        }
         Some(Err(why)) => {
             debug!(?addr, "hello failed: {why}; closing");
             if why.answered {
@@ -208,7 +272,12 @@ async fn serve_session_conn<H: Handler>(
         Some(Ok(said)) => said,
     };
     debug!(?addr, ?peer, ?session, "hello");
-    let member = session.map(|s| sessions.join(s));
+    if let Some(keys) = keys {
+        let keys = *keys;
+        reader.protect_with(keys.recv);
+        queue.protect_with(keys.send);
+    }
+    let member = session.map(|s| sessions.join_as(peer.entity.as_deref(), s));
 
     reader.set_idle_timeout(limits.idle_timeout);
     let writer = compio::runtime::spawn(write_frames(
@@ -235,7 +304,7 @@ async fn serve_session_conn<H: Handler>(
         }
         End::Malformed { req_id, detail } => {
             warn!(?addr, req_id, "malformed frame: {detail}; closing");
-            malformed(req_id, &detail).is_some_and(|f| queue.push(f))
+            malformed(req_id, &detail, queue.is_protected()).is_some_and(|f| queue.push(f))
         }
         End::Superseded => {
             let session = member.as_ref().map(Member::session);
@@ -284,71 +353,272 @@ impl std::fmt::Display for HelloFailed {
     }
 }
 
-/// Reads the peer's `Hello` and answers it; returns who the peer is and
-/// its session, if it named one.
+/// What a successful hello establishes.
+struct Accepted {
+    peer: Rc<Peer>,
+    session: Option<Session>,
+    /// Session keys, in a protected mode (boxed: key schedules are large).
+    keys: Option<Box<SessionKeys>>,
+}
+
+/// The first frame of a connection, answered with a refusal: the reply.
+fn refusal(req_id: u64, status: Status, text: String) -> (u64, Reply) {
+    (req_id, Reply::error(status, Epoch(0), text))
+}
+
+/// Reads the peer's `Hello` (or runs the authentication handshake) and
+/// answers it; returns who the peer is, its session, if it named one, and
+/// the connection's session keys in a protected mode.
 async fn hello(
     reader: &mut FrameReader,
     mut out: TcpStream,
-) -> Result<(Role, Option<Session>), HelloFailed> {
+    auth: &ServerAuth,
+) -> Result<Accepted, HelloFailed> {
     let failed = |answered, why: String| HelloFailed { answered, why };
-    // Refuse anything but a data-less Hello before reading its body.
+    // Refuse anything but a small data-less Hello or AuthHello before
+    // reading its body.
     let first = reader
-        .read_frame(|h| {
-            let ok = h.msg_type == MsgType::Hello as u16 && h.data_len == 0;
-            async move {
-                if ok {
-                    Ok(())
-                } else {
-                    Err(ProtoError::Malformed("frame", "expected a Hello first"))
-                }
+        .read_raw(|h| {
+            let hello =
+                h.msg_type == MsgType::Hello as u16 || h.msg_type == MsgType::AuthHello as u16;
+            if hello && h.data_len == 0 && h.meta_len <= MAX_HANDSHAKE_META {
+                Ok(())
+            } else {
+                Err(ProtoError::Malformed("frame", "expected a Hello first"))
             }
         })
         .await;
-    let (req_id, reply, said) = match first {
+    let (hdr, meta) = match first {
         Ok(None) => return Err(failed(false, "closed before hello".into())),
         Err(ReadError::Io(e)) => return Err(failed(false, e.to_string())),
         Err(e) => {
             let End::Malformed { req_id, detail } = End::from(e) else {
                 return Err(failed(false, "unreadable hello".into()));
             };
-            let sent = match malformed(req_id, &detail) {
+            let sent = match malformed(req_id, &detail, false) {
                 Some(f) => write_frame(&mut out, f).await.is_ok(),
                 None => false,
             };
             return Err(failed(sent, detail));
         }
-        Ok(Some((hdr, Message::Hello(h), _, ()))) if h.version == PROTOCOL_VERSION => (
-            hdr.req_id,
-            Reply::ok(Version::ZERO),
-            Some((h.role, h.session)),
-        ),
-        Ok(Some((hdr, Message::Hello(h), _, ()))) => (
-            hdr.req_id,
-            Reply::error(
-                Status::InvalidArgument,
-                Epoch(0),
-                format!(
-                    "protocol version {} is not supported (this server speaks {PROTOCOL_VERSION})",
-                    h.version
-                ),
-            ),
-            None,
-        ),
-        Ok(Some((hdr, _, _, ()))) => (
-            hdr.req_id,
-            Reply::error(Status::Malformed, Epoch(0), "expected a Hello first"),
-            None,
-        ),
+        Ok(Some(f)) => f,
     };
-    let sent = match reply_frame(req_id, reply) {
-        Some(f) => write_frame(&mut out, f).await,
-        None => Err(io::Error::other("cannot encode the hello reply")),
+    let outcome = if hdr.msg_type == MsgType::AuthHello as u16 {
+        authenticate(reader, &mut out, auth, &hdr, &meta).await
+    } else {
+        plain_hello(&hdr, &meta, auth)
     };
-    match (said, sent) {
-        (Some(said), Ok(())) => Ok(said),
+    let (req_id, reply, accepted) = match outcome {
+        Ok(Step::Done(accepted, reply)) => (hdr.req_id, reply, Some(accepted)),
+        Ok(Step::Refuse(req_id, reply)) => (req_id, reply, None),
+        Err(f) => return Err(f),
+    };
+    let sent = match &reply {
+        Some(Answer::Plain(r)) => match reply_frame(req_id, r.clone(), false) {
+            Some(f) => write_frame(&mut out, f).await,
+            None => Err(io::Error::other("cannot encode the hello reply")),
+        },
+        Some(Answer::Proof(p)) => {
+            let f = encode_raw(MsgType::AuthProof as u16, req_id, &p.encode());
+            write_frame(&mut out, f).await
+        }
+        None => Ok(()),
+    };
+    match (accepted, sent) {
+        (Some(a), Ok(())) => Ok(a),
         (Some(_), Err(e)) => Err(failed(false, e.to_string())),
-        (None, sent) => Err(failed(sent.is_ok(), "hello refused".into())),
+        (None, sent) => {
+            let why = match reply {
+                Some(Answer::Plain(r)) => format!("hello refused: {}", r.message),
+                _ => "hello refused".into(),
+            };
+            Err(failed(sent.is_ok(), why))
+        }
     }
+}
+
+/// The last answer of a hello.
+enum Answer {
+    Plain(Reply),
+    Proof(AuthProof),
+}
+
+/// How the hello ends: accepted with a last answer, or refused with one.
+enum Step {
+    Done(Accepted, Option<Answer>),
+    Refuse(u64, Option<Answer>),
+}
+
+fn refuse(req_id: u64, status: Status, text: String) -> Step {
+    let (id, r) = refusal(req_id, status, text);
+    Step::Refuse(id, Some(Answer::Plain(r)))
+}
+
+/// Refuses a handshake for `e`, counting it.
+fn refuse_auth(req_id: u64, e: AuthError) -> Step {
+    counters::refused(&e);
+    let status = match e {
+        AuthError::BadEntityName { .. } | AuthError::Handshake(_) => Status::Malformed,
+        _ => Status::InvalidArgument,
+    };
+    refuse(req_id, status, e.to_string())
+}
+
+/// A plain `Hello` (mode none).
+fn plain_hello(hdr: &FrameHeader, meta: &[u8], auth: &ServerAuth) -> Result<Step, HelloFailed> {
+    let h = match Message::decode(hdr.msg_type, meta) {
+        Ok(Message::Hello(h)) => h,
+        Ok(_) => {
+            return Ok(refuse(
+                hdr.req_id,
+                Status::Malformed,
+                "expected a Hello first".into(),
+            ));
+        }
+        Err(e) => return Ok(refuse(hdr.req_id, Status::Malformed, e.to_string())),
+    };
+    if h.version != PROTOCOL_VERSION {
+        return Ok(refuse(
+            hdr.req_id,
+            Status::InvalidArgument,
+            format!(
+                "protocol version {} is not supported (this server speaks {PROTOCOL_VERSION})",
+                h.version
+            ),
+        ));
+    }
+    if auth.mode() != WireMode::None {
+        return Ok(refuse_auth(hdr.req_id, AuthError::Required(auth.mode())));
+    }
+    let accepted = Accepted {
+        peer: Rc::new(Peer::unauthenticated(h.role)),
+        session: h.session,
+        keys: None,
+    };
+    Ok(Step::Done(
+        accepted,
+        Some(Answer::Plain(Reply::ok(Version::ZERO))),
+    ))
+}
+
+/// The authentication handshake after an `AuthHello` (see [`crate::auth`]).
+async fn authenticate(
+    reader: &mut FrameReader,
+    out: &mut TcpStream,
+    auth: &ServerAuth,
+    hdr: &FrameHeader,
+    meta: &[u8],
+) -> Result<Step, HelloFailed> {
+    let failed = |answered, why: String| HelloFailed { answered, why };
+    let id = hdr.req_id;
+    let h = match AuthHello::decode(meta) {
+        Ok(h) => h,
+        Err(e) => return Ok(refuse_auth(id, AuthError::Handshake(e.to_string()))),
+    };
+    if h.version != PROTOCOL_VERSION {
+        return Ok(refuse(
+            id,
+            Status::InvalidArgument,
+            format!(
+                "protocol version {} is not supported (this server speaks {PROTOCOL_VERSION})",
+                h.version
+            ),
+        ));
+    }
+    let client_mode = WireMode::from_code(h.mode);
+    let Some(mode) = client_mode.filter(|m| *m == auth.mode() && *m != WireMode::None) else {
+        return Ok(refuse_auth(
+            id,
+            match client_mode {
+                Some(client) => AuthError::ModeMismatch {
+                    server: auth.mode(),
+                    client,
+                },
+                None => AuthError::Handshake(format!("unknown wire mode {}", h.mode)),
+            },
+        ));
+    };
+    if let Err(e) = check_entity_name(&h.entity) {
+        return Ok(refuse_auth(id, e));
+    }
+    if role_of(&h.entity) != h.role {
+        let e = AuthError::RoleMismatch {
+            entity: h.entity.clone(),
+            claimed: format!("{:?}", h.role),
+        };
+        return Ok(refuse_auth(id, e));
+    }
+    let Some(keys) = auth.lookup(&h.entity) else {
+        return Ok(refuse_auth(id, AuthError::UnknownEntity(h.entity)));
+    };
+    let server_nonce = match auth::nonce() {
+        Ok(n) => n,
+        Err(e) => return Ok(refuse_auth(id, e)),
+    };
+    let challenge = AuthChallenge {
+        mode: mode.code(),
+        entity: auth.entity().to_string(),
+        nonce: server_nonce,
+    };
+    let f = encode_raw(MsgType::AuthChallenge as u16, id, &challenge.encode());
+    if let Err(e) = write_frame(out, f).await {
+        return Err(failed(false, e.to_string()));
+    }
+    let proof = reader
+        .read_raw(|h| {
+            if h.msg_type == MsgType::AuthProof as u16 && h.meta_len <= MAX_HANDSHAKE_META {
+                Ok(())
+            } else {
+                Err(ProtoError::Malformed("auth proof", "expected an AuthProof"))
+            }
+        })
+        .await;
+    let (phdr, pmeta) = match proof {
+        Ok(Some(p)) => p,
+        Ok(None) => return Err(failed(false, "closed during the handshake".into())),
+        Err(ReadError::Io(e)) => return Err(failed(false, e.to_string())),
+        Err(e) => {
+            let detail = match End::from(e) {
+                End::Malformed { detail, .. } => detail,
+                _ => "unreadable proof".into(),
+            };
+            return Ok(refuse_auth(id, AuthError::Handshake(detail)));
+        }
+    };
+    let theirs = match AuthProof::decode(&pmeta) {
+        Ok(p) => p,
+        Err(e) => {
+            return Ok(refuse_auth(
+                phdr.req_id,
+                AuthError::Handshake(e.to_string()),
+            ));
+        }
+    };
+    let t = Transcript::of(&h, mode, auth.entity(), server_nonce);
+    let Some(key) = auth::proven_key(&t, &keys.keys, &theirs.proof) else {
+        return Ok(refuse_auth(phdr.req_id, AuthError::BadProof(h.entity)));
+    };
+    let Some(session_keys) = SessionKeys::server(mode, &t, &key.key) else {
+        let e = AuthError::Handshake("cannot set up the session keys".into());
+        return Ok(refuse_auth(phdr.req_id, e));
+    };
+    let ours = AuthProof {
+        proof: t.server_proof(&key.key),
+    };
+    counters::AUTHENTICATED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let peer = Peer {
+        role: role_of(&h.entity),
+        entity: Some(h.entity),
+        key_generation: Some(key.generation),
+        caps: keys.caps,
+        mode,
+    };
+    let accepted = Accepted {
+        peer: Rc::new(peer),
+        session: h.session,
+        keys: Some(Box::new(session_keys)),
+    };
+    Ok(Step::Done(accepted, Some(Answer::Proof(ours))))
 }
 
 /// Reads and dispatches requests until the stream ends or breaks.
@@ -372,12 +642,16 @@ async fn read_requests<H: Handler>(
         let (hdr, msg, data, permit) = match next {
             Ok(Some(f)) => f,
             Ok(None) => return End::Eof,
+            Err(e @ ReadError::Integrity { .. }) => {
+                counters::INTEGRITY_FAILURES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                return e.into();
+            }
             Err(e) => return e.into(),
         };
         if let Message::Hello(_) = msg {
             // Already said hello: refuse, stay in sync.
             let reply = Reply::error(Status::InvalidArgument, Epoch(0), "duplicate Hello");
-            if let Some(mut f) = reply_frame(hdr.req_id, reply) {
+            if let Some(mut f) = reply_frame(hdr.req_id, reply, conn.queue.is_protected()) {
                 f.hold = Hold::Permit(permit);
                 conn.queue.push(f);
             }
@@ -407,10 +681,18 @@ impl<H: Handler> Conn<H> {
     async fn run(self: Rc<Self>, frame: Frame, mut permit: Permit) {
         let req_id = frame.req_id;
         let handled = AssertUnwindSafe(async {
-            let (msg, data) = self.handler.clone().handle(self.peer, frame).await;
+            let (msg, data) = self
+                .handler
+                .clone()
+                .handle_from(self.peer.clone(), frame)
+                .await;
             // Reply data is held until written: count it.
             let len = data.as_ref().map_or(0, |d| d.len());
-            (encode_frame(req_id, &msg, data.map(OutData::Owned)), len)
+            let protected = self.queue.is_protected();
+            (
+                encode_frame(req_id, &msg, data.map(OutData::Owned), protected),
+                len,
+            )
         })
         .catch_unwind()
         .await;
@@ -424,6 +706,7 @@ impl<H: Handler> Conn<H> {
                 reply_frame(
                     req_id,
                     Reply::error(Status::Io, Epoch(0), format!("reply cannot be sent: {e}")),
+                    self.queue.is_protected(),
                 )
             }
             Err(panic) => {
@@ -436,6 +719,7 @@ impl<H: Handler> Conn<H> {
                 reply_frame(
                     req_id,
                     Reply::error(Status::Io, Epoch(0), "internal error handling the request"),
+                    self.queue.is_protected(),
                 )
             }
         };

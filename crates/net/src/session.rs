@@ -12,6 +12,11 @@
 //! already queued ahead of anything the new connection brings (handlers
 //! run in dispatch order up to their first wait, and the OSD orders writes
 //! per object in that order), so nothing overtakes.
+//!
+//! On an authenticated connection the session belongs to the proven
+//! entity: another entity naming the same session id (it may have seen it
+//! on the wire in authenticated mode) starts a session of its own instead
+//! of superseding the owner's connections.
 
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;
@@ -23,8 +28,11 @@ use rustc_hash::FxHashMap;
 /// exist only while their connections do, so it is bounded by them.
 #[derive(Default)]
 pub(crate) struct Sessions {
-    live: RefCell<FxHashMap<u64, Vec<Live>>>,
+    live: RefCell<FxHashMap<Key, Vec<Live>>>,
 }
+
+/// A session: its proven owner (none in mode none) and its id.
+type Key = (Option<Rc<str>>, u64);
 
 /// One live connection of a session.
 struct Live {
@@ -35,6 +43,7 @@ struct Live {
 /// A connection's membership of its session, until dropped.
 pub(crate) struct Member {
     sessions: Rc<Sessions>,
+    key: Key,
     session: Session,
     superseded: Rc<Cell<bool>>,
 }
@@ -43,10 +52,17 @@ impl Sessions {
     /// Registers a connection that said hello with `session`: every live
     /// connection of the session with a lower `seq` is superseded, and so
     /// is this one if the session already has a higher one.
+    #[cfg(test)]
     pub(crate) fn join(self: &Rc<Self>, session: Session) -> Member {
+        self.join_as(None, session)
+    }
+
+    /// [`Sessions::join`] for a connection whose peer proved it is `owner`.
+    pub(crate) fn join_as(self: &Rc<Self>, owner: Option<&str>, session: Session) -> Member {
         let superseded = Rc::new(Cell::new(false));
+        let key: Key = (owner.map(Rc::from), session.id);
         let mut live = self.live.borrow_mut();
-        let conns = live.entry(session.id).or_default();
+        let conns = live.entry(key.clone()).or_default();
         for c in conns.iter() {
             if c.seq < session.seq {
                 c.superseded.set(true);
@@ -60,6 +76,7 @@ impl Sessions {
         });
         Member {
             sessions: self.clone(),
+            key,
             session,
             superseded,
         }
@@ -87,10 +104,10 @@ impl Member {
 impl Drop for Member {
     fn drop(&mut self) {
         let mut live = self.sessions.live.borrow_mut();
-        if let Some(conns) = live.get_mut(&self.session.id) {
+        if let Some(conns) = live.get_mut(&self.key) {
             conns.retain(|c| !Rc::ptr_eq(&c.superseded, &self.superseded));
             if conns.is_empty() {
-                live.remove(&self.session.id);
+                live.remove(&self.key);
             }
         }
     }
@@ -115,6 +132,19 @@ mod tests {
         let a5 = sessions.join(s(1, 5));
         assert!(a2.is_superseded() && !a5.is_superseded());
         assert!(!b1.is_superseded(), "another session is untouched");
+    }
+
+    #[test]
+    fn another_entity_cannot_supersede_a_session_it_does_not_own() {
+        let sessions = Rc::new(Sessions::default());
+        let alice = sessions.join_as(Some("client.alice"), s(1, 1));
+        let mallory = sessions.join_as(Some("client.mallory"), s(1, 9));
+        let anonymous = sessions.join(s(1, 9));
+        assert!(!alice.is_superseded());
+        assert!(!mallory.is_superseded() && !anonymous.is_superseded());
+        let alice2 = sessions.join_as(Some("client.alice"), s(1, 2));
+        assert!(alice.is_superseded() && !alice2.is_superseded());
+        assert_eq!(sessions.len(), 3);
     }
 
     #[test]

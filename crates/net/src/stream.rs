@@ -13,7 +13,7 @@ use std::task::{Poll, Waker};
 
 use compio::BufResult;
 use compio::buf::{IntoInner, IoBuf};
-use compio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
+use compio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use compio::net::TcpStream;
 use pontoon_buf::AlignedBuf;
 
@@ -35,9 +35,10 @@ fn broken() -> io::Error {
     io::Error::other("inbound stream abandoned after a cancelled read")
 }
 
-/// The receiving side of a connection.
-pub struct Inbound {
-    stream: TcpStream,
+/// The receiving side of a connection: a TCP socket, or any other byte
+/// stream (a TLS session's plaintext).
+pub struct Inbound<S = TcpStream> {
+    stream: S,
     /// Received bytes; `None` once a read was cancelled (the stream is then
     /// out of sync and must not be read again).
     buf: Option<Vec<u8>>,
@@ -45,9 +46,9 @@ pub struct Inbound {
     pos: usize,
 }
 
-impl Inbound {
-    /// Wraps a connected socket.
-    pub fn new(stream: TcpStream) -> Self {
+impl<S: AsyncRead> Inbound<S> {
+    /// Wraps a connected socket (or stream).
+    pub fn new(stream: S) -> Self {
         Self {
             stream,
             buf: Some(Vec::with_capacity(INBOUND_BUF)),
@@ -215,7 +216,9 @@ pub struct Reply {
 /// [`crate::send_now`]).
 pub struct ReplyQueue {
     state: RefCell<QueueState>,
-    stream: TcpStream,
+    /// The socket replies may be sent on at once; `None` when the bytes
+    /// must go through the writer (a TLS session encrypts them there).
+    stream: Option<TcpStream>,
 }
 
 #[derive(Default)]
@@ -255,7 +258,16 @@ impl ReplyQueue {
     pub fn new(stream: TcpStream) -> Self {
         Self {
             state: RefCell::default(),
-            stream,
+            stream: Some(stream),
+        }
+    }
+
+    /// A queue whose replies all go through the writer task (for streams
+    /// that are not a bare socket, such as a TLS session).
+    pub fn writer_only() -> Self {
+        Self {
+            state: RefCell::default(),
+            stream: None,
         }
     }
 
@@ -263,7 +275,8 @@ impl ReplyQueue {
     /// parked with nothing in flight (drops it if the socket failed).
     pub fn push(&self, mut reply: Reply) {
         let mut st = self.state.borrow_mut();
-        if st.dead || (st.items.is_empty() && st.waker.is_some() && reply.send_now(&self.stream)) {
+        let sent = |reply: &mut Reply| self.stream.as_ref().is_some_and(|s| reply.send_now(s));
+        if st.dead || (st.items.is_empty() && st.waker.is_some() && sent(&mut reply)) {
             drop(st);
             drop(reply);
             return;
@@ -326,7 +339,7 @@ impl ReplyQueue {
 /// batching whatever is ready into one vectored write. On a socket error
 /// the queue is marked dead (pending replies are dropped) and the error
 /// returned.
-pub async fn write_replies(mut stream: TcpStream, queue: Rc<ReplyQueue>) -> io::Result<()> {
+pub async fn write_replies<W: AsyncWrite>(mut stream: W, queue: Rc<ReplyQueue>) -> io::Result<()> {
     while let Some(first) = queue.next().await {
         let mut iov: Vec<OutBuf> = Vec::new();
         let mut bytes = 0usize;

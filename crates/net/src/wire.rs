@@ -20,6 +20,7 @@ use pontoon_buf::AlignedBuf;
 use pontoon_proto::{FrameHeader, HEADER_LEN, MAX_DATA, MAX_META, Message, ProtoError};
 
 use crate::budget::Permit;
+use crate::seal::{Protect, TAG_LEN, tags_len};
 use crate::send_now::{Sent, send_parts};
 
 /// Size of the inbound buffer: headers, metadata and small data are copied
@@ -85,6 +86,12 @@ pub(crate) enum ReadError {
         /// Why.
         err: ProtoError,
     },
+    /// The frame failed its integrity check (protected modes): the stream
+    /// can no longer be trusted.
+    Integrity {
+        /// Request id in the frame's (unauthenticated) header.
+        req_id: u64,
+    },
 }
 
 /// The receiving side of a connection.
@@ -97,6 +104,8 @@ pub(crate) struct FrameReader {
     buf: Option<Vec<u8>>,
     /// Start of the unconsumed bytes in `buf`.
     pos: usize,
+    /// Checks (and decrypts) every frame, once the connection authenticated.
+    open: Option<Protect>,
 }
 
 impl FrameReader {
@@ -107,7 +116,14 @@ impl FrameReader {
             idle: None,
             buf: Some(Vec::with_capacity(INBOUND_BUF)),
             pos: 0,
+            open: None,
         }
+    }
+
+    /// Checks every frame read from now on with `open` (the handshake
+    /// finished in a protected mode).
+    pub(crate) fn protect_with(&mut self, open: Protect) {
+        self.open = Some(open);
     }
 
     /// Fails reads that receive nothing for `idle` with `TimedOut` (the
@@ -265,6 +281,9 @@ impl FrameReader {
                 ReadError::Io(e)
             }
         };
+        if self.open.is_some() {
+            return self.read_protected(raw, hdr, extra).await;
+        }
         // meta_len <= MAX_META was checked by decode.
         let meta = self
             .read_vec(hdr.meta_len as usize)
@@ -283,6 +302,85 @@ impl FrameReader {
             None
         };
         Ok(Some((hdr, msg, data, extra)))
+    }
+
+    /// The rest of a frame in a protected mode: its tags, fields and data,
+    /// all read before anything is decoded; checked (and decrypted in
+    /// place), then decoded.
+    async fn read_protected<T>(
+        &mut self,
+        raw: [u8; HEADER_LEN],
+        hdr: FrameHeader,
+        extra: T,
+    ) -> Result<Option<(FrameHeader, Message, Option<AlignedBuf>, T)>, ReadError> {
+        let req_id = hdr.req_id;
+        let truncated = |e: io::Error| {
+            if e.kind() == io::ErrorKind::UnexpectedEof {
+                ReadError::Truncated { req_id }
+            } else {
+                ReadError::Io(e)
+            }
+        };
+        let tl = tags_len(hdr.data_len);
+        let mut tags = [0u8; 2 * TAG_LEN];
+        if !self.fill(tl).await.map_err(truncated)? {
+            return Err(ReadError::Truncated { req_id });
+        }
+        let buf = self
+            .buf
+            .as_ref()
+            .ok_or_else(broken)
+            .map_err(ReadError::Io)?;
+        tags[..tl].copy_from_slice(&buf[self.pos..self.pos + tl]);
+        self.pos += tl;
+        let mut meta = self
+            .read_vec(hdr.meta_len as usize)
+            .await
+            .map_err(truncated)?;
+        let mut data = if hdr.data_len > 0 {
+            Some(
+                self.read_data(hdr.data_len as usize)
+                    .await
+                    .map_err(truncated)?,
+            )
+        } else {
+            None
+        };
+        let open = self.open.as_mut().ok_or(ReadError::Integrity { req_id })?;
+        open.open_frame(&raw, &tags[..tl], &mut meta, data.as_deref_mut())
+            .map_err(|_| ReadError::Integrity { req_id })?;
+        let msg = Message::decode(hdr.msg_type, &meta)
+            .map_err(|err| ReadError::Message { req_id, err })?;
+        Ok(Some((hdr, msg, data, extra)))
+    }
+
+    /// Reads one data-less frame of the handshake, whose header `allow`
+    /// accepts: its header and undecoded fields. `Ok(None)` on a clean end
+    /// of stream.
+    pub(crate) async fn read_raw(
+        &mut self,
+        allow: impl FnOnce(&FrameHeader) -> Result<(), ProtoError>,
+    ) -> Result<Option<(FrameHeader, Vec<u8>)>, ReadError> {
+        let Some(raw) = self.read_header().await.map_err(ReadError::Io)? else {
+            return Ok(None);
+        };
+        let req_id = raw_req_id(&raw);
+        let hdr = FrameHeader::decode(&raw).map_err(|err| ReadError::Header { req_id, err })?;
+        allow(&hdr).map_err(|err| ReadError::Message { req_id, err })?;
+        if hdr.data_len != 0 {
+            return Err(ReadError::Message {
+                req_id,
+                err: ProtoError::Malformed("handshake", "data in a handshake frame"),
+            });
+        }
+        let meta = self
+            .read_vec(hdr.meta_len as usize)
+            .await
+            .map_err(|e| match e.kind() {
+                io::ErrorKind::UnexpectedEof => ReadError::Truncated { req_id },
+                _ => ReadError::Io(e),
+            })?;
+        Ok(Some((hdr, meta)))
     }
 }
 
@@ -304,8 +402,33 @@ pub(crate) enum OutBuf {
 }
 
 impl OutBuf {
-    fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.as_init().len()
+    }
+
+    /// The bytes.
+    pub(crate) fn bytes(&self) -> &[u8] {
+        self.as_init()
+    }
+
+    /// The bytes, writable: a shared buffer still shared with others is
+    /// first replaced by a copy of its own (from the aligned-buffer pool).
+    pub(crate) fn make_mut(&mut self) -> &mut [u8] {
+        if let OutBuf::Shared(rc) = self {
+            let own = match Rc::get_mut(rc) {
+                Some(_) => None,
+                None => Some(AlignedBuf::copy_from(rc)),
+            };
+            if let Some(b) = own {
+                *self = OutBuf::Data(b);
+            }
+        }
+        match self {
+            OutBuf::Bytes(v) => v,
+            OutBuf::Data(b) => b,
+            // Unique, checked above.
+            OutBuf::Shared(rc) => Rc::get_mut(rc).map_or(&mut [][..], |b| &mut b[..]),
+        }
     }
 }
 
@@ -337,6 +460,8 @@ pub(crate) struct Outgoing {
     pub(crate) data: Option<OutBuf>,
     /// Released once the frame is on the socket (or dropped).
     pub(crate) hold: Hold,
+    /// Encoded with room for tags after the header (protected modes).
+    pub(crate) protected: bool,
 }
 
 /// Frame data to send.
@@ -361,11 +486,14 @@ impl OutData<'_> {
 }
 
 /// Encodes a frame: header and metadata in one vector, followed by the
-/// data (copied into the vector when small and borrowed).
+/// data (copied into the vector when small and borrowed). `protected`:
+/// with room after the header for the tags the connection's sealing
+/// writes (see [`crate::seal`]).
 pub(crate) fn encode_frame(
     req_id: u64,
     msg: &Message,
     data: Option<OutData<'_>>,
+    protected: bool,
 ) -> Result<Outgoing, ProtoError> {
     let meta = msg.encode();
     let data = data.filter(|d| d.len() > 0);
@@ -395,8 +523,10 @@ pub(crate) fn encode_frame(
         Some(OutData::Slice(s)) if s.len() <= INLINE_DATA => s.len(),
         _ => 0,
     };
-    let mut head = Vec::with_capacity(HEADER_LEN + meta.len() + inline);
+    let room = if protected { tags_len(hdr.data_len) } else { 0 };
+    let mut head = Vec::with_capacity(HEADER_LEN + room + meta.len() + inline);
     head.extend_from_slice(&hdr.encode());
+    head.resize(HEADER_LEN + room, 0);
     head.extend_from_slice(&meta);
     let data = match data {
         None => None,
@@ -412,11 +542,35 @@ pub(crate) fn encode_frame(
         head,
         data,
         hold: Hold::None,
+        protected,
     })
 }
 
-/// Writes one frame directly (used before the writer task exists).
+/// Encodes a data-less handshake frame of `msg_type` with fields `meta`
+/// (bounded by the caller).
+pub(crate) fn encode_raw(msg_type: u16, req_id: u64, meta: &[u8]) -> Outgoing {
+    let hdr = FrameHeader {
+        msg_type,
+        flags: 0,
+        req_id,
+        meta_len: meta.len() as u32,
+        data_len: 0,
+    };
+    let mut head = Vec::with_capacity(HEADER_LEN + meta.len());
+    head.extend_from_slice(&hdr.encode());
+    head.extend_from_slice(meta);
+    Outgoing {
+        head,
+        data: None,
+        hold: Hold::None,
+        protected: false,
+    }
+}
+
+/// Writes one unprotected frame directly (used before the writer task
+/// exists: the handshake).
 pub(crate) async fn write_frame(stream: &mut TcpStream, frame: Outgoing) -> io::Result<()> {
+    debug_assert!(!frame.protected);
     let mut iov = vec![OutBuf::Bytes(frame.head)];
     iov.extend(frame.data);
     let BufResult(res, _) = stream.write_vectored_all(iov).await;
@@ -430,6 +584,8 @@ pub(crate) async fn write_frame(stream: &mut TcpStream, frame: Outgoing) -> io::
 pub(crate) struct OutQueue {
     state: RefCell<QueueState>,
     stream: TcpStream,
+    /// Seals every frame pushed, once the connection authenticated.
+    seal: RefCell<Option<Protect>>,
 }
 
 #[derive(Default)]
@@ -466,17 +622,50 @@ impl OutQueue {
         Self {
             state: RefCell::default(),
             stream,
+            seal: RefCell::new(None),
         }
+    }
+
+    /// Seals every frame pushed from now on with `seal` (the handshake
+    /// finished in a protected mode). Frames must then be encoded with
+    /// room for their tags ([`OutQueue::is_protected`]).
+    pub(crate) fn protect_with(&self, seal: Protect) {
+        *self.seal.borrow_mut() = Some(seal);
+    }
+
+    /// True once frames are sealed.
+    pub(crate) fn is_protected(&self) -> bool {
+        self.seal.borrow().is_some()
     }
 
     /// Queues a frame for the writer, or sends it at once if the writer is
     /// parked with nothing in flight. Returns false (dropping the frame) if
     /// the connection can no longer write.
+    ///
+    /// In a protected mode the frame is sealed here, under the next
+    /// sequence number: pushes are the order frames take on the socket.
     pub(crate) fn push(&self, mut frame: Outgoing) -> bool {
         let mut st = self.state.borrow_mut();
         if st.dead || st.closed {
             drop(st);
             drop(frame);
+            return false;
+        }
+        let sealed = match self.seal.borrow_mut().as_mut() {
+            None => !frame.protected,
+            Some(seal) => {
+                frame.protected
+                    && seal
+                        .seal_frame(&mut frame.head, frame.data.as_mut())
+                        .is_ok()
+            }
+        };
+        if !sealed {
+            // A frame encoded for the wrong mode: a bug; never send it.
+            debug_assert!(false, "frame encoded for another wire mode");
+            drop(st);
+            drop(frame);
+            self.kill();
             return false;
         }
         if st.items.is_empty() && st.waker.is_some() && frame.send_now(&self.stream) {

@@ -369,6 +369,18 @@ impl<C: VolumeCatalog> AdminQueue<C> {
             );
             return false;
         }
+        let must_authenticate = snap
+            .subsystem(&self.ctrl.assoc.subnqn)
+            .is_some_and(|s| s.auth_for(host).is_some());
+        if must_authenticate && !self.ctrl.assoc.authenticated {
+            warn!(
+                cntlid = self.ctrl.cntlid,
+                %host,
+                subnqn = %self.ctrl.assoc.subnqn,
+                "the host must now authenticate (DH-HMAC-CHAP secret added); ending the controller"
+            );
+            return false;
+        }
         let now = namespace_ids(&snap, &self.ctrl.assoc.subnqn);
         {
             let mut st = self.state.borrow_mut();

@@ -50,6 +50,10 @@ pub mod fctype {
     pub const CONNECT: u8 = 0x01;
     /// Property Get.
     pub const PROPERTY_GET: u8 = 0x04;
+    /// Authentication Send (DH-HMAC-CHAP messages from the host).
+    pub const AUTH_SEND: u8 = 0x05;
+    /// Authentication Receive (DH-HMAC-CHAP messages to the host).
+    pub const AUTH_RECEIVE: u8 = 0x06;
     /// Disconnect (NVMe-oF 1.1+).
     pub const DISCONNECT: u8 = 0x08;
 }
@@ -241,6 +245,9 @@ impl Status {
     pub const CONNECT_INVALID_PARAMETERS: Status = Status::specific(0x82);
     /// Connect: Invalid Host (not on the subsystem's allow-list).
     pub const CONNECT_INVALID_HOST: Status = Status::specific(0x84);
+    /// Authentication Required: the queue has not authenticated
+    /// (DH-HMAC-CHAP) and may carry only AUTH_Send / AUTH_Receive.
+    pub const AUTH_REQUIRED: Status = Status::specific(0x91);
     /// Invalid Queue Identifier.
     pub const INVALID_QUEUE_ID: Status = Status::specific(0x01);
     /// Invalid Queue Size.

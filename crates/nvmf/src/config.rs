@@ -4,8 +4,11 @@
 //! worker thread and connection reads (a lock taken on connect and on admin
 //! commands, never per I/O).
 
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+
+use crate::auth::HostAuth;
 
 /// The NQN of the discovery subsystem.
 pub const DISCOVERY_NQN: &str = "nqn.2014-08.org.nvmexpress.discovery";
@@ -35,12 +38,21 @@ pub struct SubsystemConfig {
     /// Host NQNs allowed to connect; empty means none (unless the target
     /// runs with `allow_any_host`).
     pub allowed_hosts: Vec<String>,
+    /// DH-HMAC-CHAP by host NQN: a host listed here must authenticate on
+    /// every queue before it may do anything else (with `allow_any_host`
+    /// too). Hosts not listed connect without authentication.
+    pub auth: BTreeMap<String, HostAuth>,
 }
 
 impl SubsystemConfig {
     /// Whether `host` may connect, given the target's `allow_any_host`.
     pub fn allows(&self, host: &str, allow_any_host: bool) -> bool {
         allow_any_host || self.allowed_hosts.iter().any(|h| h == host)
+    }
+
+    /// What `host` must authenticate with, if anything.
+    pub fn auth_for(&self, host: &str) -> Option<&HostAuth> {
+        self.auth.get(host)
     }
 
     /// The namespace with id `nsid`.

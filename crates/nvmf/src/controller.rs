@@ -48,6 +48,8 @@ pub(crate) struct Association {
     pub hostnqn: String,
     /// The host identifier (an I/O queue's Connect must repeat it).
     pub hostid: [u8; 16],
+    /// The host had to authenticate (DH-HMAC-CHAP) when it connected.
+    pub authenticated: bool,
 }
 
 /// The controller registers.
@@ -295,6 +297,7 @@ mod tests {
             subnqn: "nqn.s".into(),
             hostnqn: "nqn.h".into(),
             hostid: [0; 16],
+            authenticated: false,
         }
     }
 

@@ -8,7 +8,11 @@
 //! [`Queue::reap`]) or sent one at a time ([`Queue::call`]).
 //! [`Controller`] does what a host does on top: admin queue, enable,
 //! Identify, Number of Queues, I/O queues, and the admin commands tests
-//! need. [`discover`] reads a discovery controller's log page.
+//! need. [`discover`] reads a discovery controller's log page. A
+//! controller that asks for in-band authentication (the Connect
+//! response's ATR bit) gets DH-HMAC-CHAP on every queue
+//! ([`Queue::authenticate`]) with the [`HostCredentials`] in
+//! [`ControllerOptions::auth`].
 //!
 //! Everything the target sends is checked before it is used (PDU layout,
 //! digests, which command a PDU names, data offsets and lengths), and every
@@ -22,6 +26,8 @@ use std::net::{Shutdown, SocketAddr, TcpStream, ToSocketAddrs};
 use std::time::{Duration, Instant};
 
 use crate::DISCOVERY_NQN;
+use crate::auth::message::{CONNECT_ASCR, CONNECT_ATR, MAX_MESSAGE, SECP_DHCHAP, SPSP};
+use crate::auth::{AuthSummary, HostAuthError, HostCredentials, HostExchange};
 use crate::command::{
     CQE_LEN, Cqe, FABRICS_OPCODE, SGL_IN_CAPSULE, SGL_TRANSPORT, Sgl, Sqe, Status, admin_op,
     fctype, io_op,
@@ -145,6 +151,18 @@ pub enum Error {
     /// The caller asked for something this initiator cannot send.
     #[error("invalid request: {0}")]
     Invalid(String),
+    /// The controller requires DH-HMAC-CHAP and no host secret was given.
+    #[error("the controller requires DH-HMAC-CHAP authentication and no host secret was given")]
+    AuthRequired,
+    /// DH-HMAC-CHAP failed: the controller refused the host, or the
+    /// controller did not prove the controller secret.
+    #[error("DH-HMAC-CHAP authentication of queue {qid} failed: {error}")]
+    Auth {
+        /// The queue.
+        qid: u16,
+        /// What went wrong.
+        error: HostAuthError,
+    },
 }
 
 impl Error {
@@ -380,6 +398,10 @@ pub struct Queue {
     done: VecDeque<Completion>,
     stats: QueueStats,
     sendbuf: Vec<u8>,
+    /// The Connect response asked for authentication (ATR).
+    auth_required: bool,
+    /// Authentication transactions started (their ids).
+    next_tid: u16,
 }
 
 impl std::fmt::Debug for Queue {
@@ -447,6 +469,8 @@ impl Queue {
             done: VecDeque::new(),
             stats: QueueStats::default(),
             sendbuf: Vec::new(),
+            auth_required: false,
+            next_tid: 0,
         };
         let req = IcReq {
             pfv: 0,
@@ -521,10 +545,82 @@ impl Queue {
             });
         }
         self.cntlid = c.cqe.dw0 as u16;
+        if c.cqe.dw0 & CONNECT_ASCR != 0 {
+            return Err(Error::Protocol(
+                "the controller requires a secure channel (ASCR), which this initiator lacks"
+                    .into(),
+            ));
+        }
+        self.auth_required = c.cqe.dw0 & CONNECT_ATR != 0;
         if p.qid == 0 {
             self.in_capsule = ADMIN_IN_CAPSULE;
         }
         Ok(self.cntlid)
+    }
+
+    /// Whether the Connect response asked this queue to authenticate
+    /// (ATR) before anything else.
+    pub fn auth_required(&self) -> bool {
+        self.auth_required
+    }
+
+    /// One DH-HMAC-CHAP transaction on this queue as `hostnqn` with
+    /// subsystem `subnqn`: Negotiate, Challenge, Reply, Success1 (and
+    /// Success2 or Failure2 when `creds` hold a controller secret). A
+    /// refusal by the controller, or a controller whose response does not
+    /// match the controller secret, is an [`Error::Auth`].
+    pub fn authenticate(
+        &mut self,
+        creds: &HostCredentials,
+        hostnqn: &str,
+        subnqn: &str,
+    ) -> Result<AuthSummary> {
+        let tid = self.next_tid;
+        self.next_tid = self.next_tid.wrapping_add(1);
+        let qid = self.qid;
+        let fail = |error| Error::Auth { qid, error };
+        let mut x = HostExchange::new(creds.clone(), hostnqn, subnqn, tid);
+        self.auth_send(&x.negotiate())?;
+        let challenge = self.auth_receive(4096)?;
+        let reply = x.reply(&challenge).map_err(fail)?;
+        self.auth_send(&reply)?;
+        let success1 = self.auth_receive(4096)?;
+        let finish = x.success1(&success1);
+        if let Some(m) = finish.send {
+            self.auth_send(&m)?;
+        }
+        let summary = finish.result.map_err(fail)?;
+        self.auth_required = false;
+        Ok(summary)
+    }
+
+    fn auth_sqe(fctype: u8, len: usize) -> Result<Sqe> {
+        if len == 0 || len > MAX_MESSAGE {
+            return Err(Error::Invalid(format!(
+                "authentication message of {len} bytes"
+            )));
+        }
+        let mut sqe = Sqe::new(FABRICS_OPCODE, 0);
+        sqe.0[4] = fctype;
+        sqe.0[41] = SPSP;
+        sqe.0[42] = SPSP;
+        sqe.0[43] = SECP_DHCHAP;
+        sqe.set_dword(11, len as u32);
+        Ok(sqe)
+    }
+
+    /// AUTH_Send with `msg` as its data.
+    pub fn auth_send(&mut self, msg: &[u8]) -> Result<()> {
+        let sqe = Self::auth_sqe(fctype::AUTH_SEND, msg.len())?;
+        self.call_ok(sqe, Some(msg), 0)?;
+        Ok(())
+    }
+
+    /// AUTH_Receive of `al` bytes.
+    pub fn auth_receive(&mut self, al: usize) -> Result<Vec<u8>> {
+        let sqe = Self::auth_sqe(fctype::AUTH_RECEIVE, al)?;
+        let (_, data) = self.call_ok(sqe, None, al)?;
+        Ok(data)
     }
 
     /// The controller id the Connect returned.
@@ -1440,6 +1536,9 @@ pub struct ControllerOptions {
     pub digests: Digests,
     /// Socket timeout.
     pub timeout: Duration,
+    /// DH-HMAC-CHAP secrets, used on every queue whose Connect asks for
+    /// authentication (none: such a controller is an [`Error::AuthRequired`]).
+    pub auth: Option<HostCredentials>,
 }
 
 impl ControllerOptions {
@@ -1456,6 +1555,7 @@ impl ControllerOptions {
             kato_ms: DEFAULT_KATO_MS,
             digests: Digests::default(),
             timeout: DEFAULT_TIMEOUT,
+            auth: None,
         }
     }
 }
@@ -1482,6 +1582,7 @@ pub struct Controller {
     granted_io_queues: u16,
     addr: SocketAddr,
     opts: ControllerOptions,
+    auth: Option<AuthSummary>,
 }
 
 impl std::fmt::Debug for Controller {
@@ -1533,6 +1634,7 @@ impl Controller {
             cntlid: DYNAMIC_CNTLID,
             digests: opts.digests,
         })?;
+        let auth = Self::authenticate_queue(&mut admin, &opts)?;
         let cap = admin.property_get(reg::CAP, true)?;
         // CAP.TO: worst-case time to become ready, in 500 ms units.
         let ready_within = Duration::from_millis(((cap >> 24) & 0xFF) * 500)
@@ -1554,6 +1656,7 @@ impl Controller {
             granted_io_queues: 0,
             addr,
             opts,
+            auth,
         };
         if c.opts.io_queues > 0 {
             let n = u16::try_from(c.opts.io_queues)
@@ -1583,10 +1686,25 @@ impl Controller {
             cntlid: self.cntlid,
             digests: self.opts.digests,
         })?;
+        Self::authenticate_queue(&mut q, &self.opts)?;
         q.set_in_capsule(self.id.in_capsule_bytes());
         self.io.push(q);
         let i = self.io.len() - 1;
         Ok(&mut self.io[i])
+    }
+
+    /// Authenticates `q` if its Connect asked for it.
+    fn authenticate_queue(q: &mut Queue, opts: &ControllerOptions) -> Result<Option<AuthSummary>> {
+        if !q.auth_required() {
+            return Ok(None);
+        }
+        let creds = opts.auth.as_ref().ok_or(Error::AuthRequired)?;
+        q.authenticate(creds, &opts.hostnqn, &opts.subnqn).map(Some)
+    }
+
+    /// How the admin queue authenticated (`None`: it was not asked to).
+    pub fn auth(&self) -> Option<AuthSummary> {
+        self.auth
     }
 
     /// The admin queue.

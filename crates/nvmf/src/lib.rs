@@ -20,6 +20,7 @@
 #![warn(missing_docs)]
 
 mod admin;
+pub mod auth;
 pub mod command;
 mod config;
 mod controller;

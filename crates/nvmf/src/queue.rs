@@ -29,6 +29,8 @@ use pontoon_volume::VolumeCatalog;
 use tracing::{debug, info, warn};
 
 use crate::admin::AdminQueue;
+use crate::auth::message::{CONNECT_ATR, MAX_MESSAGE, SECP_DHCHAP, SPSP};
+use crate::auth::target::{Event, TargetAuth};
 use crate::command::{Cqe, FABRICS_OPCODE, SGL_IN_CAPSULE, SGL_TRANSPORT, Sqe, Status, fctype};
 use crate::config::DISCOVERY_NQN;
 use crate::controller::{Association, Controller};
@@ -219,6 +221,8 @@ pub(crate) async fn serve<C: VolumeCatalog>(w: Rc<Worker<C>>, stream: TcpStream,
         transfers: HashMap::new(),
         next_ttag: 0,
         teardown: None,
+        auth: None,
+        auth_by: None,
     };
     let end = conn_state.run(&mut inbound, &queue).await;
     match &end {
@@ -254,6 +258,12 @@ struct ConnLoop<C: VolumeCatalog> {
     transfers: HashMap<u16, Transfer>,
     next_ttag: u16,
     teardown: Option<Shared<futures::channel::oneshot::Receiver<()>>>,
+    /// DH-HMAC-CHAP state, when the host must authenticate this queue.
+    auth: Option<TargetAuth>,
+    /// When the transaction negotiated last must be done by (a handshake
+    /// timeout after its Negotiate), if later than the connection's own
+    /// deadline: a re-authentication, or a retry after a failure.
+    auth_by: Option<Instant>,
 }
 
 impl<C: VolumeCatalog> ConnLoop<C> {
@@ -294,15 +304,17 @@ impl<C: VolumeCatalog> ConnLoop<C> {
             entries: Cell::new(0),
         });
         self.conn = Some(conn.clone());
-        // A connection must Connect within the handshake timeout; once
-        // bound it may stay idle (the admin queue's keep-alive bounds it).
+        // A connection must Connect, and authenticate if it has to, within
+        // the handshake timeout; once bound (and authenticated) it may stay
+        // idle (the admin queue's keep-alive bounds it).
         let connect_by = Instant::now() + self.w.config.handshake_timeout;
         loop {
             if queue.is_dead() {
                 return End::Eof;
             }
-            let read = if matches!(self.session, Session::Unbound) {
-                let left = connect_by.saturating_duration_since(Instant::now());
+            let read = if matches!(self.session, Session::Unbound) || !self.authenticated() {
+                let by = self.auth_by.map_or(connect_by, |a| a.max(connect_by));
+                let left = by.saturating_duration_since(Instant::now());
                 match self
                     .guarded(compio::time::timeout(left, inbound.read_array::<CH_LEN>()))
                     .await
@@ -572,7 +584,10 @@ impl<C: VolumeCatalog> ConnLoop<C> {
             let permit = self.acquire(0).await?;
             return self.execute(conn, sqe, None, permit).await;
         }
-        let status = if sgl.id == SGL_IN_CAPSULE {
+        let status = if let Some(s) = self.auth_refusal(&sqe) {
+            // Solicit no data for a command that will be refused.
+            Some(s)
+        } else if sgl.id == SGL_IN_CAPSULE {
             Some(Status::SGL_LENGTH_INVALID)
         } else if sgl.id != SGL_TRANSPORT {
             Some(Status::SGL_TYPE_INVALID)
@@ -589,6 +604,7 @@ impl<C: VolumeCatalog> ConnLoop<C> {
             return Ok(());
         }
         if let Session::Io(q) = &self.session
+            && sqe.opcode() != FABRICS_OPCODE
             && let Err(s) = q.precheck_write(&sqe)
         {
             let permit = self.acquire(0).await?;
@@ -710,6 +726,10 @@ impl<C: VolumeCatalog> ConnLoop<C> {
         permit: Permit,
     ) -> Result<(), End> {
         let cid = sqe.cid();
+        if let Some(s) = self.auth_refusal(&sqe) {
+            conn.complete(cid, Completion::status(s), Some(permit));
+            return Ok(());
+        }
         if sqe.opcode() == FABRICS_OPCODE {
             let c = match sqe.fctype() {
                 fctype::CONNECT => {
@@ -720,6 +740,8 @@ impl<C: VolumeCatalog> ConnLoop<C> {
                     Session::Admin(a) => a.property(&sqe),
                     _ => Completion::status(Status::INVALID_FIELD),
                 },
+                fctype::AUTH_SEND => self.auth_send(&sqe, data.as_deref().unwrap_or(&[])),
+                fctype::AUTH_RECEIVE => self.auth_receive(&sqe),
                 _ => Completion::status(Status::INVALID_FIELD),
             };
             conn.complete(cid, c, Some(permit));
@@ -753,7 +775,10 @@ impl<C: VolumeCatalog> ConnLoop<C> {
         loop {
             let generation = self.w.subsystems.generation();
             match self.bind(conn, sqe, data) {
-                Ok(cntlid) => return Completion::ok(u32::from(cntlid)),
+                Ok(cntlid) => {
+                    let atr = if self.auth.is_some() { CONNECT_ATR } else { 0 };
+                    return Completion::ok(u32::from(cntlid) | atr);
+                }
                 Err(r) if r.config && Instant::now() < give_up => {
                     while self.w.subsystems.generation() == generation && Instant::now() < give_up {
                         compio::time::sleep(CONFIG_POLL).await;
@@ -773,6 +798,7 @@ impl<C: VolumeCatalog> ConnLoop<C> {
         let c = fabrics::parse(sqe, data)?;
         let cfg = &self.w.config;
         let discovery = c.subnqn == DISCOVERY_NQN;
+        let mut must_authenticate = false;
         if !discovery {
             let snap = self.w.subsystems.snapshot();
             let Some(sub) = snap.subsystem(&c.subnqn) else {
@@ -783,6 +809,7 @@ impl<C: VolumeCatalog> ConnLoop<C> {
                 warn!(subnqn = %c.subnqn, host = %c.hostnqn, "host not allowed; connect refused");
                 return Err(Refusal::status(Status::CONNECT_INVALID_HOST).on_config());
             }
+            must_authenticate = sub.auth_for(&c.hostnqn).is_some();
         }
         if c.sqsize == 0 || c.sqsize >= cfg.max_queue_entries {
             return Err(Refusal::invalid(fabrics::SQSIZE_OFFSET, false));
@@ -801,6 +828,7 @@ impl<C: VolumeCatalog> ConnLoop<C> {
                         subnqn: c.subnqn.clone(),
                         hostnqn: c.hostnqn.clone(),
                         hostid: c.hostid,
+                        authenticated: must_authenticate,
                     },
                     discovery,
                     cfg.max_queue_entries,
@@ -841,9 +869,136 @@ impl<C: VolumeCatalog> ConnLoop<C> {
             ));
         }
         self.teardown = Some(ctrl.on_teardown(c.qid != 0).shared());
+        if must_authenticate {
+            self.auth = Some(TargetAuth::new(&c.hostnqn, &c.subnqn));
+        }
         conn.qid.set(c.qid);
         conn.entries.set(u32::from(c.sqsize) + 1);
         Ok(ctrl.cntlid)
+    }
+}
+
+impl<C: VolumeCatalog> ConnLoop<C> {
+    /// Whether the queue may carry commands other than AUTH_Send /
+    /// AUTH_Receive (true when its host need not authenticate).
+    fn authenticated(&self) -> bool {
+        self.auth.as_ref().is_none_or(TargetAuth::authenticated)
+    }
+
+    /// The status a command gets before anything else: AUTH_Send /
+    /// AUTH_Receive need a bound queue; every other command but Connect
+    /// needs the queue authenticated.
+    fn auth_refusal(&self, sqe: &Sqe) -> Option<Status> {
+        let fabrics = sqe.opcode() == FABRICS_OPCODE;
+        match sqe.fctype() {
+            fctype::AUTH_SEND | fctype::AUTH_RECEIVE if fabrics => {
+                matches!(self.session, Session::Unbound).then_some(Status::SEQUENCE_ERROR)
+            }
+            fctype::CONNECT if fabrics => None,
+            _ if matches!(self.session, Session::Unbound) => None,
+            _ => (!self.authenticated()).then_some(Status::AUTH_REQUIRED),
+        }
+    }
+
+    /// The checks AUTH_Send and AUTH_Receive share: DH-HMAC-CHAP's
+    /// protocol ids, and a length (TL or AL, CDW11) that matches the SGL
+    /// and is at most [`MAX_MESSAGE`].
+    fn auth_command_len(sqe: &Sqe) -> Result<usize, Status> {
+        if sqe.0[43] != SECP_DHCHAP || sqe.0[41] != SPSP || sqe.0[42] != SPSP {
+            return Err(Status::INVALID_FIELD);
+        }
+        let len = sqe.dword(11) as usize;
+        if len == 0 || len > MAX_MESSAGE || sqe.sgl().len as usize != len {
+            return Err(Status::INVALID_FIELD);
+        }
+        Ok(len)
+    }
+
+    /// The current DH-HMAC-CHAP secrets of this queue's host.
+    fn current_host_auth(&self) -> Option<crate::auth::HostAuth> {
+        let (subnqn, hostnqn) = match &self.session {
+            Session::Admin(a) => (&a.ctrl.assoc.subnqn, &a.ctrl.assoc.hostnqn),
+            Session::Io(q) => (&q.ctrl.assoc.subnqn, &q.ctrl.assoc.hostnqn),
+            Session::Unbound => return None,
+        };
+        let snap = self.w.subsystems.snapshot();
+        let sub = snap.subsystem(subnqn)?;
+        if !sub.allows(hostnqn, self.w.config.allow_any_host) {
+            return None;
+        }
+        sub.auth_for(hostnqn).cloned()
+    }
+
+    /// AUTH_Send: a DH-HMAC-CHAP message from the host.
+    fn auth_send(&mut self, sqe: &Sqe, data: &[u8]) -> Completion {
+        let len = match Self::auth_command_len(sqe) {
+            Ok(l) => l,
+            Err(s) => return Completion::status(s),
+        };
+        if data.len() != len {
+            return Completion::status(Status::SGL_LENGTH_INVALID);
+        }
+        let creds = self.current_host_auth();
+        let Some(auth) = self.auth.as_mut() else {
+            // The host need not authenticate: there is nothing to run.
+            return Completion::status(Status::INVALID_FIELD);
+        };
+        let event = auth.send(data, creds.as_ref());
+        if auth.negotiated() {
+            // Failed transactions are bounded (MAX_FAILURES), so this
+            // cannot keep an unauthenticated queue open for long.
+            self.auth_by = Some(Instant::now() + self.w.config.handshake_timeout);
+        }
+        self.log_auth(event);
+        Completion::ok(0)
+    }
+
+    /// AUTH_Receive: the next DH-HMAC-CHAP message for the host.
+    fn auth_receive(&mut self, sqe: &Sqe) -> Completion {
+        let al = match Self::auth_command_len(sqe) {
+            Ok(l) => l,
+            Err(s) => return Completion::status(s),
+        };
+        let Some(auth) = self.auth.as_mut() else {
+            return Completion::status(Status::INVALID_FIELD);
+        };
+        let Some((msg, event)) = auth.receive(al) else {
+            return Completion::status(Status::INVALID_FIELD);
+        };
+        self.log_auth(event);
+        let mut out = AlignedBuf::zeroed(msg.len());
+        out.copy_from_slice(&msg);
+        Completion::with_data(out)
+    }
+
+    /// Logs a transaction's outcome (never a secret).
+    fn log_auth(&self, event: Event) {
+        let (cntlid, subnqn, host) = match &self.session {
+            Session::Admin(a) => (a.ctrl.cntlid, &a.ctrl.assoc.subnqn, &a.ctrl.assoc.hostnqn),
+            Session::Io(q) => (q.ctrl.cntlid, &q.ctrl.assoc.subnqn, &q.ctrl.assoc.hostnqn),
+            Session::Unbound => return,
+        };
+        let qid = self.conn.as_ref().map_or(0, |c| c.qid.get());
+        match event {
+            Event::None => {}
+            Event::Authenticated {
+                hash,
+                dhgroup,
+                bidirectional,
+            } if qid == 0 => {
+                info!(cntlid, qid, %subnqn, %host, %hash, %dhgroup, bidirectional, "host authenticated (DH-HMAC-CHAP)");
+            }
+            Event::Authenticated {
+                hash,
+                dhgroup,
+                bidirectional,
+            } => {
+                debug!(cntlid, qid, %subnqn, %host, %hash, %dhgroup, bidirectional, "host authenticated (DH-HMAC-CHAP)");
+            }
+            Event::Failed(why) => {
+                warn!(cntlid, qid, %subnqn, %host, reason = %why, "DH-HMAC-CHAP authentication failed");
+            }
+        }
     }
 }
 

@@ -26,6 +26,7 @@ fn linux_nvme_tcp_initiator_reads_writes_and_is_refused_when_not_allowed() {
             uuid: *b"pontoon-kernel-1",
         }],
         allowed_hosts: vec![HOSTNQN.into()],
+        auth: Default::default(),
     }]);
     let target = start(
         TargetConfig {

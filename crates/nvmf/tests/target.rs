@@ -26,6 +26,7 @@ fn subsystem(nqn: &str, vol: &str, hosts: &[&str]) -> SubsystemConfig {
         nqn: nqn.into(),
         namespaces: vec![ns(1, vol)],
         allowed_hosts: hosts.iter().map(|h| h.to_string()).collect(),
+        auth: Default::default(),
     }
 }
 
@@ -668,6 +669,7 @@ fn identify_lists_and_reads_a_namespace_of_each_subsystem() {
                 nqn: NQN_B.into(),
                 namespaces: vec![ns(3, "vol2")],
                 allowed_hosts: vec![HOST.into()],
+                auth: Default::default(),
             },
         ],
         &[("vol", 16 * MIB), ("vol2", 8 * MIB)],

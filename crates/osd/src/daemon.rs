@@ -51,6 +51,8 @@ pub struct OsdConfig {
     pub host: String,
     /// etcd endpoints.
     pub etcd: Vec<String>,
+    /// etcd's TLS settings and user.
+    pub etcd_auth: pontoon_cluster::EtcdAuth,
     /// Cluster name (etcd prefix).
     pub cluster: String,
     /// Liveness lease time-to-live.
@@ -129,7 +131,11 @@ pub fn run(cfg: OsdConfig, stop: Arc<AtomicBool>) -> Result<OsdId, OsdError> {
         .build()
         .map_err(|e| OsdError::Thread(format!("control runtime: {e}")))?;
     let store = rt
-        .block_on(MapStore::connect(&cfg.etcd, &cfg.cluster))
+        .block_on(MapStore::connect_with(
+            &cfg.etcd,
+            &cfg.cluster,
+            &cfg.etcd_auth,
+        ))
         .map_err(|e| OsdError::Cluster(e.to_string()))?;
     // Which OSD the device is (a new file given a size is formatted).
     let may_format = cfg.create_size.is_some() && !lock.is_block_device();

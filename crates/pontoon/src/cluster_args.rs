@@ -10,13 +10,18 @@
 //! ([`pontoon_client::locate`]), which the C library shares. Last, the
 //! node's configuration file gives `etcd.endpoints` and `cluster_name`
 //! ([`crate::config_file::locate`]).
+//!
+//! etcd's TLS settings and user come with the cluster: a `pontoon up`
+//! directory's from its `cluster.toml`; otherwise each from its
+//! `--etcd-*` flag ([`EtcdAuthArgs`]), `$PONTOON_ETCD_*` or the
+//! configuration file's `[etcd]` keys. A flag always wins.
 
 use std::path::{Path, PathBuf};
 
 use anyhow::{Result, anyhow};
 use clap::Args;
 use pontoon_client::locate::{self, LocateError};
-use pontoon_cluster::MapStore;
+use pontoon_cluster::{EtcdAuth, MapStore};
 
 pub use pontoon_client::locate::{
     ClusterFile, DEFAULT_CLUSTER_NAME, format_duration, parse_duration, split_endpoints,
@@ -38,6 +43,53 @@ pub struct ClusterArgs {
     /// "pontoon") [env: PONTOON_CLUSTER_NAME]
     #[arg(long, global = true, value_name = "NAME")]
     pub cluster_name: Option<String>,
+    /// etcd's TLS settings and user.
+    #[command(flatten)]
+    pub etcd_auth: EtcdAuthArgs,
+}
+
+/// How to reach a secured etcd: TLS with a client certificate, and an
+/// etcd user. Each overrides its `etcd.*` key of the configuration file
+/// and its environment variable. No flag takes a password itself (a
+/// process's arguments are visible to every user of the host).
+#[derive(Args, Debug, Clone, Default)]
+pub struct EtcdAuthArgs {
+    /// CA certificate (PEM) of etcd's server certificate; given, etcd is
+    /// reached over TLS (https://) [env: PONTOON_ETCD_CA_FILE]
+    #[arg(long, global = true, value_name = "FILE")]
+    pub etcd_ca_file: Option<PathBuf>,
+    /// Client certificate (PEM) presented to etcd [env: PONTOON_ETCD_CERT_FILE]
+    #[arg(long, global = true, value_name = "FILE")]
+    pub etcd_cert_file: Option<PathBuf>,
+    /// The client certificate's private key (PEM) [env: PONTOON_ETCD_KEY_FILE]
+    #[arg(long, global = true, value_name = "FILE")]
+    pub etcd_key_file: Option<PathBuf>,
+    /// etcd user [env: PONTOON_ETCD_USER]
+    #[arg(long, global = true, value_name = "NAME")]
+    pub etcd_user: Option<String>,
+    /// File whose first line is the etcd user's password
+    /// [env: PONTOON_ETCD_PASSWORD_FILE; or PONTOON_ETCD_PASSWORD]
+    #[arg(long, global = true, value_name = "FILE")]
+    pub etcd_password_file: Option<PathBuf>,
+}
+
+impl EtcdAuthArgs {
+    /// The flags as the configuration module takes them.
+    pub fn flags(&self) -> crate::config_file::EtcdAuthFlags<'_> {
+        crate::config_file::EtcdAuthFlags {
+            ca_file: self.etcd_ca_file.as_deref(),
+            cert_file: self.etcd_cert_file.as_deref(),
+            key_file: self.etcd_key_file.as_deref(),
+            user: self.etcd_user.as_deref(),
+            password_file: self.etcd_password_file.as_deref(),
+        }
+    }
+
+    /// The settings of a daemon that reaches etcd by its endpoints (`osd
+    /// run`, `mgr`): each flag, else its variable, else the file's key.
+    pub fn resolve(&self) -> Result<EtcdAuth> {
+        crate::config_file::etcd_auth(&self.flags())
+    }
 }
 
 /// A resolved cluster address (endpoints, name, and the directory and
@@ -45,8 +97,16 @@ pub struct ClusterArgs {
 pub type Target = locate::Location;
 
 impl ClusterArgs {
-    /// Resolves where the cluster is, without connecting.
+    /// Resolves where the cluster is (and how to reach its etcd), without
+    /// connecting.
     pub fn resolve(&self) -> Result<Target> {
+        let mut target = self.locate()?;
+        target.auth = self.etcd_auth.flags().given().or(target.auth);
+        target.auth.check().map_err(|e| anyhow!("{e}"))?;
+        Ok(target)
+    }
+
+    fn locate(&self) -> Result<Target> {
         crate::config_file::locate(
             crate::config_file::get(),
             self.cluster.as_deref(),
@@ -67,7 +127,7 @@ impl ClusterArgs {
     /// cluster crate's connect timeout).
     pub async fn connect(&self) -> Result<(MapStore, Target)> {
         let target = self.resolve()?;
-        let store = MapStore::connect(&target.endpoints, &target.name)
+        let store = MapStore::connect_with(&target.endpoints, &target.name, &target.auth)
             .await
             .map_err(|e| match &target.dir {
                 Some(dir) => anyhow!("{e} (is `pontoon up --dir {}` running?)", dir.display()),

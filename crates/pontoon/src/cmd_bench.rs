@@ -126,7 +126,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
     }
     let volume = args.volume.clone().unwrap_or_default();
     let target = args.cluster.resolve()?;
-    let feed = MapFeed::connect(&target.endpoints, &target.name)?;
+    let feed = MapFeed::connect_with(&target.endpoints, &target.name, &target.auth)?;
     let osd_pids = target.dir.as_deref().map(osd_pids).unwrap_or_default();
     let rt = compio::runtime::Runtime::new().context("starting io_uring")?;
     let result = rt.block_on(async {

@@ -79,6 +79,27 @@ fn effective(cfg: &config_file::Config, cluster: &ClusterArgs) -> Result<Vec<Set
     if let Some(f) = &cluster.cluster_name {
         flags.insert("cluster_name", ("--cluster-name", f.clone()));
     }
+    let a = &cluster.etcd_auth;
+    let path = |p: &Option<std::path::PathBuf>| p.as_ref().map(|p| p.display().to_string());
+    for (key, flag, v) in [
+        ("etcd.ca_file", "--etcd-ca-file", path(&a.etcd_ca_file)),
+        (
+            "etcd.cert_file",
+            "--etcd-cert-file",
+            path(&a.etcd_cert_file),
+        ),
+        ("etcd.key_file", "--etcd-key-file", path(&a.etcd_key_file)),
+        ("etcd.user", "--etcd-user", a.etcd_user.clone()),
+        (
+            "etcd.password_file",
+            "--etcd-password-file",
+            path(&a.etcd_password_file),
+        ),
+    ] {
+        if let Some(v) = v {
+            flags.insert(key, (flag, v));
+        }
+    }
     let mut settings = cfg.all(&flags)?;
     // A local cluster's directory (--cluster or $PONTOON_CLUSTER) beats
     // the file and $PONTOON_ETCD: say so.
@@ -98,6 +119,26 @@ fn effective(cfg: &config_file::Config, cluster: &ClusterArgs) -> Result<Vec<Set
                 }
                 "cluster_name" if !matches!(s.source, Source::Flag(_) | Source::Env(_)) => {
                     s.value = Some(loc.name.clone());
+                    s.source = file.clone();
+                }
+                // The directory's etcd credentials (a flag still wins).
+                k if k.starts_with("etcd.") && !matches!(s.source, Source::Flag(_)) => {
+                    let path = |p: &Option<std::path::PathBuf>| {
+                        p.as_ref().map(|p| p.display().to_string())
+                    };
+                    let a = &loc.auth;
+                    s.value = match k {
+                        "etcd.ca_file" => path(&a.ca_file),
+                        "etcd.cert_file" => path(&a.cert_file),
+                        "etcd.key_file" => path(&a.key_file),
+                        "etcd.user" => a.user.clone(),
+                        "etcd.password_file" => path(&a.password_file),
+                        "etcd.password" => a
+                            .password
+                            .as_ref()
+                            .map(|_| config_file::REDACTED.to_string()),
+                        _ => continue,
+                    };
                     s.source = file.clone();
                 }
                 _ => {}

@@ -22,6 +22,9 @@ pub struct MgrArgs {
     /// file's, else "pontoon").
     #[arg(long, value_name = "NAME")]
     cluster_name: Option<String>,
+    /// etcd's TLS settings and user (default: the configuration file's).
+    #[command(flatten)]
+    etcd_auth: crate::cluster_args::EtcdAuthArgs,
     /// How long an OSD may be down before it is marked out and its data
     /// re-replicated elsewhere, while the map sets none (`pontoon config
     /// set out_after` wins over every manager's flag).
@@ -62,6 +65,7 @@ pub fn run(args: MgrArgs) -> Result<()> {
         args.cluster_name.as_deref(),
     )?
     .unwrap_or_else(|| DEFAULT_CLUSTER_NAME.to_string());
+    let auth = args.etcd_auth.resolve()?;
     let http_addr = crate::config_file::socket_addr("mgr.http", "--http", args.http)?;
     let name = args
         .name
@@ -78,6 +82,7 @@ pub fn run(args: MgrArgs) -> Result<()> {
             crate::daemon_metrics::DaemonMetrics::start(
                 &endpoints,
                 &cluster_name,
+                &auth,
                 pontoon_cluster::daemons::kind::MGR,
                 &name,
                 &host,
@@ -87,7 +92,7 @@ pub fn run(args: MgrArgs) -> Result<()> {
         })
         .transpose()?;
     crate::runtime()?.block_on(async move {
-        let store = MapStore::connect(&endpoints, &cluster_name).await?;
+        let store = MapStore::connect_with(&endpoints, &cluster_name, &auth).await?;
         let mut cfg = MgrConfig::new(name);
         cfg.out_after = out_after;
         cfg.history_interval = history_interval;

@@ -17,7 +17,10 @@ use anyhow::{Context, Result, anyhow};
 use clap::{Args, Subcommand};
 use pontoon_client::{Client, ClusterCatalog, MapFeed};
 use pontoon_cluster::ClusterMap;
-use pontoon_cluster::model::{NvmfSubsystemRecord, format_uuid};
+use pontoon_cluster::model::{
+    NvmfHostAuthRecord, NvmfSubsystemRecord, format_uuid, redact_dhchap_secret,
+};
+use pontoon_nvmf::auth::{DhGroup, DhchapSecret, HashId, HostAuth};
 use pontoon_nvmf::{NamespaceConfig, SubsystemConfig, Subsystems, TargetConfig, check_nqn};
 use pontoon_types::format_size;
 use serde::Serialize;
@@ -134,14 +137,143 @@ enum NsCmd {
     },
 }
 
+/// DH-HMAC-CHAP settings of `host allow` and `host set-keys`. A secret is
+/// read from the option's value, from a file, or from the environment, so
+/// that it need not appear in the process list; it is never printed.
+#[derive(Args, Debug, Default)]
+struct DhchapArgs {
+    /// Require DH-HMAC-CHAP with this host secret (`DHHC-1:..:...:`, as
+    /// `nvme gen-dhchap-key` makes; the host passes it to `nvme connect
+    /// --dhchap-secret`). Visible in the process list while the command
+    /// runs: prefer --dhchap-secret-file or PONTOON_DHCHAP_SECRET.
+    #[arg(
+        long,
+        value_name = "SECRET",
+        env = "PONTOON_DHCHAP_SECRET",
+        hide_env_values = true
+    )]
+    dhchap_secret: Option<String>,
+    /// Read the host secret from FILE.
+    #[arg(long, value_name = "FILE", conflicts_with = "dhchap_secret")]
+    dhchap_secret_file: Option<std::path::PathBuf>,
+    /// Also authenticate the gateway to the host (bidirectional) with this
+    /// controller secret (the host's `--dhchap-ctrl-secret`).
+    #[arg(
+        long,
+        value_name = "SECRET",
+        env = "PONTOON_DHCHAP_CTRL_SECRET",
+        hide_env_values = true
+    )]
+    dhchap_ctrl_secret: Option<String>,
+    /// Read the controller secret from FILE.
+    #[arg(long, value_name = "FILE", conflicts_with = "dhchap_ctrl_secret")]
+    dhchap_ctrl_secret_file: Option<std::path::PathBuf>,
+    /// Hash the gateway picks: sha256, sha384 or sha512 (default: the
+    /// host's first choice; Linux offers sha256 first).
+    #[arg(long, value_name = "HASH")]
+    dhchap_hash: Option<String>,
+    /// DH group the gateway picks: null, ffdhe2048, ffdhe3072, ffdhe4096,
+    /// ffdhe6144 or ffdhe8192 (default: ffdhe2048 if the host offers it).
+    #[arg(long, value_name = "GROUP")]
+    dhchap_dhgroup: Option<String>,
+}
+
+/// A secret from `value` or `file`, checked; `what` names it in errors
+/// (which never quote the secret).
+fn read_secret(
+    what: &str,
+    value: Option<&String>,
+    file: Option<&std::path::Path>,
+) -> Result<Option<DhchapSecret>> {
+    let text = match (value, file) {
+        (Some(v), _) => v.clone(),
+        (None, Some(f)) => std::fs::read_to_string(f)
+            .with_context(|| format!("reading the {what} from {}", f.display()))?,
+        (None, None) => return Ok(None),
+    };
+    DhchapSecret::parse(&text)
+        .map(Some)
+        .map_err(|e| anyhow!("invalid {what}: {e}"))
+}
+
+impl DhchapArgs {
+    /// The map record these options ask for (`None`: no secret given).
+    fn record(&self) -> Result<Option<NvmfHostAuthRecord>> {
+        let secret = read_secret(
+            "host secret",
+            self.dhchap_secret.as_ref(),
+            self.dhchap_secret_file.as_deref(),
+        )?;
+        let ctrl = read_secret(
+            "controller secret",
+            self.dhchap_ctrl_secret.as_ref(),
+            self.dhchap_ctrl_secret_file.as_deref(),
+        )?;
+        let hash = self
+            .dhchap_hash
+            .as_deref()
+            .map(|h| {
+                HashId::parse(h).ok_or_else(|| {
+                    anyhow!("unknown DH-HMAC-CHAP hash {h:?} (sha256, sha384, sha512)")
+                })
+            })
+            .transpose()?;
+        let dhgroup = self
+            .dhchap_dhgroup
+            .as_deref()
+            .map(|g| {
+                DhGroup::parse(g).ok_or_else(|| {
+                    anyhow!("unknown DH group {g:?} (null, ffdhe2048, ffdhe3072, ffdhe4096, ffdhe6144, ffdhe8192)")
+                })
+            })
+            .transpose()?;
+        let Some(secret) = secret else {
+            if ctrl.is_some() || hash.is_some() || dhgroup.is_some() {
+                return Err(anyhow!(
+                    "--dhchap-ctrl-secret, --dhchap-hash and --dhchap-dhgroup need a host secret (--dhchap-secret)"
+                ));
+            }
+            return Ok(None);
+        };
+        if ctrl.as_ref() == Some(&secret) {
+            return Err(anyhow!(
+                "the controller secret must differ from the host secret"
+            ));
+        }
+        Ok(Some(NvmfHostAuthRecord {
+            secret: secret.expose().to_string(),
+            ctrl_secret: ctrl.map(|c| c.expose().to_string()),
+            hash: hash.map(|h| h.name().to_string()),
+            dhgroup: dhgroup.map(|g| g.name().to_string()),
+        }))
+    }
+}
+
 #[derive(Subcommand, Debug)]
 enum HostCmd {
-    /// Allow a host NQN to connect to a subsystem.
+    /// Allow a host NQN to connect to a subsystem, optionally requiring
+    /// DH-HMAC-CHAP authentication.
+    #[command(alias = "add")]
     Allow {
         /// The subsystem's NQN.
         nqn: String,
         /// The host's NQN (Linux: /etc/nvme/hostnqn).
         host: String,
+        #[command(flatten)]
+        dhchap: DhchapArgs,
+    },
+    /// Set, change (rotate) or clear the DH-HMAC-CHAP secrets of an
+    /// allowed host.
+    SetKeys {
+        /// The subsystem's NQN.
+        nqn: String,
+        /// The host's NQN.
+        host: String,
+        #[command(flatten)]
+        dhchap: DhchapArgs,
+        /// Remove the secrets: the host connects without authenticating.
+        #[arg(long, conflicts_with_all = ["dhchap_secret", "dhchap_secret_file"])]
+        clear: bool,
     },
     /// List the hosts allowed to connect to a subsystem.
     Ls {
@@ -169,6 +301,38 @@ struct NamespaceView {
     uuid: String,
     /// The volume's size (`None` if the volume is missing from the map).
     size_bytes: Option<u64>,
+}
+
+/// A host of a subsystem as `host ls --json` prints it (secrets redacted).
+#[derive(Serialize)]
+struct HostView {
+    nqn: String,
+    /// DH-HMAC-CHAP, when the host must authenticate.
+    dhchap: Option<DhchapView>,
+}
+
+/// A host's DH-HMAC-CHAP settings, secrets redacted.
+#[derive(Serialize)]
+struct DhchapView {
+    secret: String,
+    ctrl_secret: Option<String>,
+    hash: Option<String>,
+    dhgroup: Option<String>,
+}
+
+fn hosts_view(s: &NvmfSubsystemRecord) -> Vec<HostView> {
+    s.hosts
+        .iter()
+        .map(|h| HostView {
+            nqn: h.clone(),
+            dhchap: s.dhchap.get(h).map(|a| DhchapView {
+                secret: redact_dhchap_secret(&a.secret),
+                ctrl_secret: a.ctrl_secret.as_deref().map(redact_dhchap_secret),
+                hash: a.hash.clone(),
+                dhgroup: a.dhgroup.clone(),
+            }),
+        })
+        .collect()
 }
 
 /// A subsystem as `subsystem ls --json` prints it.
@@ -220,9 +384,22 @@ pub fn run(args: NvmfArgs) -> Result<()> {
     };
     // NQNs are checked before connecting: a typo fails fast. Only where one
     // is created; an existing one is simply looked up.
+    // Secrets too: a bad one fails before the cluster is asked.
+    let mut auth = None;
     match &cmd {
         NvmfCmd::Subsystem(SubsystemCmd::Add { nqn }) => valid_nqn("subsystem", nqn)?,
-        NvmfCmd::Host(HostCmd::Allow { host, .. }) => valid_nqn("host", host)?,
+        NvmfCmd::Host(HostCmd::Allow { host, dhchap, .. }) => {
+            valid_nqn("host", host)?;
+            auth = dhchap.record()?;
+        }
+        NvmfCmd::Host(HostCmd::SetKeys { dhchap, clear, .. }) => {
+            auth = dhchap.record()?;
+            if auth.is_none() && !clear {
+                return Err(anyhow!(
+                    "give the new secrets (--dhchap-secret, optionally --dhchap-ctrl-secret) or --clear"
+                ));
+            }
+        }
         _ => {}
     }
     crate::runtime()?.block_on(async move {
@@ -287,13 +464,31 @@ pub fn run(args: NvmfArgs) -> Result<()> {
                     ns.volume
                 );
             }
-            NvmfCmd::Host(HostCmd::Allow { nqn, host }) => {
-                store.nvmf_allow_host(&nqn, &host).await?;
-                println!("host {host} may connect to subsystem {nqn}");
+            NvmfCmd::Host(HostCmd::Allow { nqn, host, .. }) => {
+                let how = auth.as_ref().map_or("", |a| {
+                    if a.ctrl_secret.is_some() {
+                        " with DH-HMAC-CHAP (host and controller secrets)"
+                    } else {
+                        " with DH-HMAC-CHAP (host secret)"
+                    }
+                });
+                store.nvmf_allow_host_with(&nqn, &host, auth).await?;
+                println!("host {host} may connect to subsystem {nqn}{how}");
+            }
+            NvmfCmd::Host(HostCmd::SetKeys { nqn, host, .. }) => {
+                let set = auth.is_some();
+                store.nvmf_set_host_auth(&nqn, &host, auth).await?;
+                if set {
+                    println!(
+                        "host {host} must authenticate to subsystem {nqn} with the new DH-HMAC-CHAP secrets from its next connection or re-authentication on"
+                    );
+                } else {
+                    println!("host {host} connects to subsystem {nqn} without DH-HMAC-CHAP");
+                }
             }
             NvmfCmd::Host(HostCmd::Ls { nqn, json }) => {
                 let map = store.load().await?;
-                let hosts: Vec<&String> = subsystem(&map, &nqn)?.hosts.iter().collect();
+                let hosts = hosts_view(subsystem(&map, &nqn)?);
                 if json {
                     println!("{}", serde_json::to_string_pretty(&hosts)?);
                 } else if hosts.is_empty() {
@@ -302,7 +497,17 @@ pub fn run(args: NvmfArgs) -> Result<()> {
                     );
                 } else {
                     for h in hosts {
-                        println!("{h}");
+                        match h.dhchap {
+                            None => println!("{}", h.nqn),
+                            Some(a) => println!(
+                                "{}  dhchap: host secret {}{}",
+                                h.nqn,
+                                a.secret,
+                                a.ctrl_secret
+                                    .map(|c| format!(", controller secret {c}"))
+                                    .unwrap_or_default()
+                            ),
+                        }
                     }
                 }
             }
@@ -344,9 +549,70 @@ pub fn target_config(nvmf: &BTreeMap<String, NvmfSubsystemRecord>) -> Vec<Subsys
                     }
                 })
                 .collect(),
-            allowed_hosts: s.hosts.iter().cloned().collect(),
+            allowed_hosts: s
+                .hosts
+                .iter()
+                .filter(|h| {
+                    !s.dhchap.contains_key(*h) || host_auth(&s.nqn, h, &s.dhchap[*h]).is_some()
+                })
+                .cloned()
+                .collect(),
+            auth: s
+                .dhchap
+                .iter()
+                .filter(|(h, _)| s.hosts.contains(*h))
+                .filter_map(|(h, a)| Some((h.clone(), host_auth(&s.nqn, h, a)?)))
+                .collect(),
         })
         .collect()
+}
+
+/// The target's form of a host's DH-HMAC-CHAP record. A record that does
+/// not parse (the CLI checks secrets, so only a hand-edited map could
+/// hold one) gives `None`: the host is then left off the allow-list, not
+/// let in without authentication. Nothing logged quotes a secret.
+fn host_auth(nqn: &str, host: &str, a: &NvmfHostAuthRecord) -> Option<HostAuth> {
+    let refuse = |why: String| {
+        tracing::warn!(subsystem = %nqn, %host, "host refused: its DH-HMAC-CHAP settings are invalid ({why})");
+        None
+    };
+    let secret = match DhchapSecret::parse(&a.secret) {
+        Ok(s) => s,
+        Err(e) => return refuse(format!("host secret: {e}")),
+    };
+    let ctrl_secret = match a
+        .ctrl_secret
+        .as_deref()
+        .map(DhchapSecret::parse)
+        .transpose()
+    {
+        Ok(c) => c,
+        Err(e) => return refuse(format!("controller secret: {e}")),
+    };
+    let hash = match a
+        .hash
+        .as_deref()
+        .map(|h| HashId::parse(h).ok_or(h))
+        .transpose()
+    {
+        Ok(h) => h,
+        Err(h) => return refuse(format!("unknown hash {h:?}")),
+    };
+    let dhgroup = match a
+        .dhgroup
+        .as_deref()
+        .map(|g| DhGroup::parse(g).ok_or(g))
+        .transpose()
+    {
+        Ok(g) => g,
+        Err(g) => return refuse(format!("unknown DH group {g:?}")),
+    };
+    Some(HostAuth {
+        secret,
+        ctrl_secret,
+        hash,
+        dhgroup,
+    })
 }
 
 /// Logs subsystems that no host may connect to.
@@ -369,7 +635,7 @@ fn run_gateway(cluster: &ClusterArgs, args: &GatewayArgs) -> Result<()> {
     let listen = crate::config_file::socket_addr("nvmf.listen", "--listen", args.listen)?;
     let metrics_addr = crate::config_file::metrics_addr("nvmf.metrics", args.metrics.as_deref())?;
     let stop = crate::cmd_osd::stop_flag()?;
-    let feed = MapFeed::connect(&target.endpoints, &target.name)
+    let feed = MapFeed::connect_with(&target.endpoints, &target.name, &target.auth)
         .with_context(|| format!("loading the map of cluster {:?}", target.name))?;
     let mut served = feed.current().nvmf.clone();
     let subsystems = Subsystems::new(target_config(&served));
@@ -413,6 +679,7 @@ fn run_gateway(cluster: &ClusterArgs, args: &GatewayArgs) -> Result<()> {
     let metrics = match crate::daemon_metrics::start_gateway(
         &target.endpoints,
         &target.name,
+        &target.auth,
         pontoon_cluster::daemons::kind::NVMF,
         metrics_addr,
         counters,
@@ -511,6 +778,69 @@ mod tests {
             ]
         );
         assert_eq!(cfg[0].namespaces[0].uuid[0], 0xff);
+    }
+
+    #[test]
+    fn dhchap_records_become_target_auth_and_bad_ones_shut_the_host_out() {
+        let good = "DHHC-1:01:Fm2CIELwRfD78oTjkx2ymCdhf3el0WFeEhYN4oFanL0eoJ69:";
+        let mut rec = NvmfSubsystemRecord {
+            nqn: "nqn.x:a".into(),
+            ..Default::default()
+        };
+        for h in ["nqn.plain", "nqn.auth", "nqn.broken"] {
+            rec.hosts.insert(h.into());
+        }
+        rec.dhchap.insert(
+            "nqn.auth".into(),
+            NvmfHostAuthRecord {
+                secret: good.into(),
+                ctrl_secret: None,
+                hash: Some("sha512".into()),
+                dhgroup: Some("ffdhe3072".into()),
+            },
+        );
+        rec.dhchap.insert(
+            "nqn.broken".into(),
+            NvmfHostAuthRecord {
+                secret: good.replace("Fm2C", "Fm2D"),
+                ..Default::default()
+            },
+        );
+        let cfg = target_config(&BTreeMap::from([(rec.nqn.clone(), rec)]));
+        assert_eq!(cfg[0].allowed_hosts, vec!["nqn.auth", "nqn.plain"]);
+        let a = cfg[0].auth_for("nqn.auth").expect("auth for nqn.auth");
+        assert_eq!(a.hash, Some(HashId::Sha512));
+        assert_eq!(a.dhgroup, Some(DhGroup::Ffdhe3072));
+        assert_eq!(a.secret, DhchapSecret::parse(good).unwrap());
+        assert!(cfg[0].auth_for("nqn.plain").is_none());
+        assert!(cfg[0].auth_for("nqn.broken").is_none());
+    }
+
+    #[test]
+    fn dhchap_options_check_secrets_and_refuse_half_settings() {
+        let good = "DHHC-1:01:Fm2CIELwRfD78oTjkx2ymCdhf3el0WFeEhYN4oFanL0eoJ69:";
+        let other = "DHHC-1:00:AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh+KfiaR:";
+        let args = |s: Option<&str>, c: Option<&str>| DhchapArgs {
+            dhchap_secret: s.map(String::from),
+            dhchap_ctrl_secret: c.map(String::from),
+            ..Default::default()
+        };
+        assert_eq!(args(None, None).record().unwrap(), None);
+        let r = args(Some(good), Some(other)).record().unwrap().unwrap();
+        assert_eq!(
+            (r.secret.as_str(), r.ctrl_secret.as_deref()),
+            (good, Some(other))
+        );
+        let e = args(Some(&good.replace("Fm2C", "Fm2D")), None)
+            .record()
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("CRC") && !e.contains("Fm2"), "{e}");
+        assert!(args(None, Some(other)).record().is_err());
+        assert!(args(Some(good), Some(good)).record().is_err());
+        let mut a = args(Some(good), None);
+        a.dhchap_hash = Some("md5".into());
+        assert!(a.record().is_err());
     }
 
     #[test]

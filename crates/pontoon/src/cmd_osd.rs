@@ -149,6 +149,9 @@ pub struct OsdRunArgs {
     /// file's, else "pontoon").
     #[arg(long, value_name = "NAME")]
     cluster_name: Option<String>,
+    /// etcd's TLS settings and user (default: the configuration file's).
+    #[command(flatten)]
+    etcd_auth: crate::cluster_args::EtcdAuthArgs,
     /// Data device or file.
     #[arg(long, value_name = "PATH")]
     device: PathBuf,
@@ -301,6 +304,7 @@ fn osd_run(a: OsdRunArgs) -> Result<()> {
         metrics: a.metrics.as_deref(),
         shard_ports: a.shard_ports.as_deref(),
         journal: a.journal.as_deref(),
+        etcd_auth: a.etcd_auth.flags(),
     })?;
     let lease_ttl = set.lease_ttl;
     let host = set.host.unwrap_or_else(local_host_name);
@@ -315,6 +319,7 @@ fn osd_run(a: OsdRunArgs) -> Result<()> {
         listen: set.listen,
         host,
         etcd: set.etcd,
+        etcd_auth: set.etcd_auth,
         cluster: set.cluster_name,
         lease_ttl,
         metrics: set.metrics,
@@ -355,6 +360,13 @@ pub fn osd_run_args(file: &ClusterFile, layout: &Layout, id: u32) -> Vec<String>
         "--metrics".into(),
         std::net::SocketAddr::new(file.listen, 0).to_string(),
     ]
+    .into_iter()
+    .chain(crate::etcd_pki::auth_flags(&crate::etcd_pki::daemon_auth(
+        &layout.dir,
+        file,
+        "osd",
+    )))
+    .collect()
 }
 
 /// The running `pontoon osd run` of OSD `id`, from its pid file.

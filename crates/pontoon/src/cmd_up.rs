@@ -8,6 +8,13 @@
 //! reaches only `up`, which stops them in order: manager, OSDs, etcd) and
 //! SIGTERM if `up` dies. An OSD that dies is not restarted (so failures can
 //! be tested); `pontoon osd start <id> --cluster DIR` restarts it.
+//!
+//! etcd is secured unless `--etcd-insecure` is given (see
+//! [`crate::etcd_pki`]): HTTPS only, a client certificate of the cluster's
+//! own CA required, and etcd's authentication on, with a user per kind of
+//! daemon limited to the cluster's prefix and an `admin` user for the CLI
+//! (`cluster.toml` names its files, in `DIR/etcd-pki/`). A cluster keeps
+//! the mode it was created with.
 
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
@@ -19,7 +26,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, anyhow, bail};
 use clap::Args;
-use pontoon_cluster::MapStore;
+use pontoon_cluster::{EtcdAuth, MapStore};
 use pontoon_mgr::MgrConfig;
 use pontoon_types::{OsdId, format_size};
 use tokio::sync::watch;
@@ -30,6 +37,7 @@ use crate::cluster_args::{
     split_endpoints,
 };
 use crate::cmd_osd::{MAX_SHARDS, local_host_name, osd_run_args, running_osd, stop_flag};
+use crate::etcd_pki::{Pki, auth_flags, daemon_auth};
 use crate::procs::{self, Attach, Layout};
 
 /// Most OSDs one local cluster runs.
@@ -102,6 +110,11 @@ pub struct UpArgs {
     /// (`pontoon osd set-rated-dwpd` sets one OSD).
     #[arg(long, value_name = "DWPD")]
     rated_dwpd: Option<f64>,
+    /// Run etcd on plain HTTP without authentication, as before etcd was
+    /// secured: anyone who reaches its port may rewrite the cluster map.
+    /// Only for a new cluster (or one created so).
+    #[arg(long)]
+    etcd_insecure: bool,
 }
 
 /// Runs `pontoon up`.
@@ -255,6 +268,26 @@ fn settings(args: &UpArgs, prev: Option<&ClusterFile>) -> Result<ClusterFile> {
         pid: std::process::id(),
         http: prev.and_then(|p| p.http.clone()),
         api_token: None,
+        etcd_auth: etcd_mode(args, prev)?,
+    })
+}
+
+/// What `cluster.toml` records about etcd's security: the admin's
+/// credentials for a secured etcd (the default for a new cluster), none
+/// for `--etcd-insecure` or a cluster created insecure.
+fn etcd_mode(args: &UpArgs, prev: Option<&ClusterFile>) -> Result<EtcdAuth> {
+    let was_secure = prev.is_some_and(|p| !p.etcd_auth.is_empty());
+    let was_insecure = prev.is_some_and(|p| p.etcd_auth.is_empty() && !p.etcd.is_empty());
+    if args.etcd_insecure && was_secure {
+        bail!(
+            "--etcd-insecure: the etcd of {} has TLS and authentication on; it cannot be turned off",
+            args.dir.display()
+        );
+    }
+    Ok(if args.etcd_insecure || was_insecure {
+        EtcdAuth::none()
+    } else {
+        Pki::admin_auth_relative()
     })
 }
 
@@ -378,6 +411,11 @@ impl Gateway {
             "--metrics".into(),
             SocketAddr::new(file.listen, 0).to_string(),
         ];
+        args.extend(auth_flags(&daemon_auth(
+            &layout.dir,
+            file,
+            self.kind.command(),
+        )));
         args.extend(self.extra.iter().cloned());
         let child = procs::spawn(exe, &args, &log, Attach::Child)?;
         procs::write_pid(&self.pid_file(layout), child.id())?;
@@ -443,9 +481,19 @@ impl Cluster {
     async fn start(&mut self, stop: &AtomicBool) -> Result<()> {
         let exe = std::env::current_exe().context("cannot find the pontoon binary")?;
         self.start_etcd(stop).await?;
-        let store = MapStore::connect(&split_endpoints(&self.file.etcd)?, &self.file.cluster_name)
-            .await
-            .map_err(|e| anyhow!("{e}; etcd log {}", self.layout.etcd_log().display()))?;
+        // The manager in this process is a daemon like the others.
+        let auth = daemon_auth(&self.layout.dir, &self.file, "mgr");
+        let store = MapStore::connect_with(
+            &split_endpoints(&self.file.etcd)?,
+            &self.file.cluster_name,
+            &auth,
+        )
+        .await
+        .map_err(|e| anyhow!("{e}; etcd log {}", self.layout.etcd_log().display()))?;
+        // Keys for the admin and every daemon, before any daemon starts.
+        let gateways: Vec<&str> = self.gateways.iter().map(|g| g.kind.command()).collect();
+        crate::cmd_auth::bootstrap_local(&store, &self.layout.dir, self.file.osds, &gateways)
+            .await?;
         for id in 0..self.file.osds {
             check_stop(stop)?;
             self.start_osd(&exe, &store, id, stop).await?;
@@ -484,6 +532,7 @@ impl Cluster {
         self.mgr_metrics = Some(crate::daemon_metrics::DaemonMetrics::start(
             &split_endpoints(&self.file.etcd)?,
             &self.file.cluster_name,
+            &auth,
             pontoon_cluster::daemons::kind::MGR,
             &mgr_name,
             &self.file.host,
@@ -513,13 +562,28 @@ impl Cluster {
         let peer_port = reuse_or_free_port(
             Some(self.file.etcd_peer_port).filter(|p| *p != 0 && *p != client_port),
         )?;
-        let client_url = format!("http://127.0.0.1:{client_port}");
-        let args =
-            pontoon_cluster::etcd::single_member_args("pontoon", &data, client_port, peer_port);
+        let secure = !self.file.etcd_auth.is_empty();
+        let pki = Pki::new(&self.layout.dir);
+        let mut renewed = false;
+        let (client_url, args) = if secure {
+            renewed = pki.ensure()?;
+            let args = pontoon_cluster::etcd::single_member_args_tls(
+                "pontoon",
+                &data,
+                client_port,
+                peer_port,
+                pki.etcd_args(),
+            );
+            (format!("https://127.0.0.1:{client_port}"), args)
+        } else {
+            let args =
+                pontoon_cluster::etcd::single_member_args("pontoon", &data, client_port, peer_port);
+            (format!("http://127.0.0.1:{client_port}"), args)
+        };
         let log = self.layout.etcd_log();
         let child = procs::spawn(&bin, &args, &log, Attach::Child)?;
         procs::write_pid(&self.layout.etcd_pid(), child.id())?;
-        self.file.etcd = client_url;
+        self.file.etcd = client_url.clone();
         self.file.etcd_peer_port = peer_port;
         let child = self.etcd.insert(child);
         let deadline = Instant::now() + ETCD_START;
@@ -532,7 +596,34 @@ impl Cluster {
                     procs::log_tail(&log, 10)
                 );
             }
-            if etcd_healthy(client_port) {
+            let healthy = if secure {
+                let within = Duration::from_millis(500);
+                pontoon_cluster::etcd_auth::serves(&client_url, &pki.auth("root"), within)
+                    .await
+                    .is_ok()
+            } else {
+                etcd_healthy(client_port)
+            };
+            if healthy {
+                if secure {
+                    // Roles, users and authentication, the first time (or
+                    // again with new passwords, if the files were lost).
+                    pontoon_cluster::etcd_auth::enable_auth(
+                        &client_url,
+                        &pki.auth("root"),
+                        &self.file.cluster_name,
+                        &pki.root_password()?,
+                        &pki.prefix_users()?,
+                        renewed,
+                    )
+                    .await
+                    .map_err(|e| {
+                        anyhow!(
+                            "setting up etcd's authentication: {e}; etcd log {}",
+                            log.display()
+                        )
+                    })?;
+                }
                 return Ok(());
             }
             if Instant::now() >= deadline {
@@ -635,6 +726,12 @@ impl Cluster {
             std::process::id()
         );
         println!("  etcd     {}", self.file.etcd);
+        if let Some(user) = &self.file.etcd_auth.user {
+            println!(
+                "           TLS with client certificates, user {user:?}: {dir}/{}/",
+                crate::etcd_pki::PKI_DIR
+            );
+        }
         if let Some(http) = &self.file.http {
             println!("  http     {http}  (REST API at /api/v1/; token in cluster.toml)");
             if let Some(token) = &self.file.api_token {
@@ -682,6 +779,7 @@ impl Cluster {
             }
         }
         println!("  config   {dir}/cluster.toml");
+        println!("  keyring  {dir}/keys/client.admin.keyring");
         println!("  logs     {dir}/log/");
         println!(
             "Try `pontoon status --cluster {dir}` (or export PONTOON_CLUSTER={dir}). Stop with Ctrl-C."

@@ -54,7 +54,7 @@ pub fn run(args: VhostArgs) -> Result<()> {
     let target = args.cluster.resolve()?;
     let metrics_addr = crate::daemon_metrics::parse_flag(&args.metrics)?;
     let counters = pontoon_metrics::GatewayMetrics::new(pontoon_cluster::daemons::kind::VHOST);
-    let feed = MapFeed::connect(&target.endpoints, &target.name)
+    let feed = MapFeed::connect_with(&target.endpoints, &target.name, &target.auth)
         .with_context(|| format!("loading the map of cluster {:?}", target.name))?;
     let mut exports = Vec::new();
     for (socket, volume) in args.socket.iter().zip(&args.volume) {
@@ -92,6 +92,7 @@ pub fn run(args: VhostArgs) -> Result<()> {
     let metrics = crate::daemon_metrics::start_gateway(
         &target.endpoints,
         &target.name,
+        &target.auth,
         pontoon_cluster::daemons::kind::VHOST,
         metrics_addr,
         counters,

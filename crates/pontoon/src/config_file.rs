@@ -82,6 +82,20 @@ pub const KEYS: &[KeyDef] = &[
         help: "log lines on stderr: text or json (flag --log-format)",
     },
     KeyDef {
+        name: "auth.keyring",
+        env: "PONTOON_KEYRING",
+        default: None,
+        check: check_keyring_path,
+        help: "the keyring file of this node's CLI identity; unset: DIR/keys/<name>.keyring of a `pontoon up` cluster (flag --keyring)",
+    },
+    KeyDef {
+        name: "auth.name",
+        env: "PONTOON_NAME",
+        default: Some(pontoon_cluster::auth::ADMIN_ENTITY),
+        check: check_entity,
+        help: "the entity the CLI acts as, e.g. client.admin (flag --name)",
+    },
+    KeyDef {
         name: "etcd.endpoints",
         env: "PONTOON_ETCD",
         default: None,
@@ -92,22 +106,43 @@ pub const KEYS: &[KeyDef] = &[
         name: "etcd.ca_file",
         env: "PONTOON_ETCD_CA_FILE",
         default: None,
-        check: check_tls_placeholder,
-        help: "CA of etcd's TLS certificates (reserved: etcd over TLS is not supported yet)",
+        check: check_path,
+        help: "CA (PEM) of etcd's server certificate; set: etcd is reached over TLS, https:// (flag --etcd-ca-file)",
     },
     KeyDef {
         name: "etcd.cert_file",
         env: "PONTOON_ETCD_CERT_FILE",
         default: None,
-        check: check_tls_placeholder,
-        help: "client certificate for etcd (reserved: etcd over TLS is not supported yet)",
+        check: check_path,
+        help: "client certificate (PEM) presented to etcd (flag --etcd-cert-file)",
     },
     KeyDef {
         name: "etcd.key_file",
         env: "PONTOON_ETCD_KEY_FILE",
         default: None,
-        check: check_tls_placeholder,
-        help: "client key for etcd (reserved: etcd over TLS is not supported yet)",
+        check: check_path,
+        help: "the client certificate's private key (PEM) (flag --etcd-key-file)",
+    },
+    KeyDef {
+        name: "etcd.user",
+        env: "PONTOON_ETCD_USER",
+        default: None,
+        check: check_etcd_user,
+        help: "etcd user (etcd's own authentication) (flag --etcd-user)",
+    },
+    KeyDef {
+        name: "etcd.password_file",
+        env: "PONTOON_ETCD_PASSWORD_FILE",
+        default: None,
+        check: check_path,
+        help: "file whose first line is the etcd user's password (flag --etcd-password-file)",
+    },
+    KeyDef {
+        name: "etcd.password",
+        env: "PONTOON_ETCD_PASSWORD",
+        default: None,
+        check: check_password,
+        help: "the etcd user's password itself (prefer etcd.password_file); shown redacted",
     },
     KeyDef {
         name: "osd.listen",
@@ -173,6 +208,55 @@ pub const KEYS: &[KeyDef] = &[
         help: "the NBD gateway's /metrics address, IP:PORT or off (nbd --metrics)",
     },
     KeyDef {
+        name: "nbd.tls",
+        env: "PONTOON_NBD_TLS",
+        default: None,
+        check: check_nbd_tls,
+        help: "NBD TLS: off, on or require; unset: require with credentials or off loopback, else off (nbd --tls)",
+    },
+    KeyDef {
+        name: "nbd.insecure",
+        env: "PONTOON_NBD_INSECURE",
+        default: Some("false"),
+        check: check_bool,
+        help: "allow plain NBD on an address that is not loopback (nbd --insecure)",
+    },
+    KeyDef {
+        name: "nbd.tls_cert",
+        env: "PONTOON_NBD_TLS_CERT",
+        default: None,
+        check: check_path,
+        help: "the NBD gateway's certificate chain, PEM (nbd --tls-cert)",
+    },
+    KeyDef {
+        name: "nbd.tls_key",
+        env: "PONTOON_NBD_TLS_KEY",
+        default: None,
+        check: check_path,
+        help: "the private key of nbd.tls_cert, PEM (nbd --tls-key)",
+    },
+    KeyDef {
+        name: "nbd.tls_ca",
+        env: "PONTOON_NBD_TLS_CA",
+        default: None,
+        check: check_path,
+        help: "CA of NBD client certificates; set: clients must present one, its CN is their identity (nbd --tls-ca)",
+    },
+    KeyDef {
+        name: "nbd.tls_psk_file",
+        env: "PONTOON_NBD_TLS_PSK_FILE",
+        default: None,
+        check: check_path,
+        help: "NBD pre-shared keys, username:hexkey lines as psktool writes them (nbd --tls-psk-file)",
+    },
+    KeyDef {
+        name: NBD_EXPORTS_TABLE,
+        env: "PONTOON_NBD_EXPORTS",
+        default: None,
+        check: check_nbd_exports,
+        help: "volumes each NBD client identity may see: a table of identity = [volume, \"pool/*\", \"*\"]; as a string ID=V,V;ID=V (nbd --export)",
+    },
+    KeyDef {
         name: "nvmf.listen",
         env: "PONTOON_NVMF_LISTEN",
         default: Some("127.0.0.1:4420"),
@@ -188,8 +272,17 @@ pub const KEYS: &[KeyDef] = &[
     },
 ];
 
+/// The table of NBD export lists: identity → volumes (`*`, `POOL/*`, names).
+pub const NBD_EXPORTS_TABLE: &str = "nbd.exports";
+
 /// The table of write-buffer (journal) devices: data device → journal device.
 pub const JOURNAL_TABLE: &str = "osd.journal";
+
+/// Keys whose values are secrets: `config show` prints them redacted.
+pub const SECRET_KEYS: &[&str] = &["etcd.password"];
+
+/// What `config show` prints instead of a secret's value.
+pub const REDACTED: &str = "(redacted)";
 
 fn key_def(name: &str) -> &'static KeyDef {
     KEYS.iter()
@@ -462,7 +555,11 @@ impl Config {
         let mut out = Vec::new();
         for k in KEYS {
             let flag = flags.get(k.name).map(|(f, v)| (*f, v.as_str()));
-            out.push(self.setting(k.name, flag)?);
+            let mut s = self.setting(k.name, flag)?;
+            if SECRET_KEYS.contains(&k.name) && s.value.is_some() {
+                s.value = Some(REDACTED.to_string());
+            }
+            out.push(s);
         }
         if let Some(f) = &self.file {
             for (dev, j) in &f.journals {
@@ -525,8 +622,22 @@ pub fn locate(
     name: Option<&str>,
 ) -> Result<Location, LocateError> {
     let name_given = name.is_some() || env_var("PONTOON_CLUSTER_NAME").is_some();
+    let from_file = |key: &str| cfg.file_value(key).map(str::to_string);
+    let file_auth = pontoon_cluster::EtcdAuth {
+        ca_file: from_file("etcd.ca_file").map(PathBuf::from),
+        cert_file: from_file("etcd.cert_file").map(PathBuf::from),
+        key_file: from_file("etcd.key_file").map(PathBuf::from),
+        user: from_file("etcd.user"),
+        password: from_file("etcd.password").map(pontoon_cluster::Secret::new),
+        password_file: from_file("etcd.password_file").map(PathBuf::from),
+    };
     match locate::resolve(dir, etcd, name) {
         Ok(mut loc) => {
+            // A local cluster's directory brings its own credentials; an
+            // endpoint list takes the environment's, then the file's.
+            if loc.dir.is_none() {
+                loc.auth = loc.auth.or(file_auth);
+            }
             if loc.dir.is_none()
                 && !name_given
                 && let Some(n) = cfg.file_value("cluster_name")
@@ -545,6 +656,7 @@ pub fn locate(
                     .unwrap_or_else(|| locate::DEFAULT_CLUSTER_NAME.to_string()),
                 dir: None,
                 file: None,
+                auth: locate::auth_from_env().or(file_auth),
             }),
             None => Err(LocateError::NoCluster),
         },
@@ -574,6 +686,8 @@ pub struct OsdRunFlags<'a> {
     pub shard_ports: Option<&'a str>,
     /// `--journal`.
     pub journal: Option<&'a Path>,
+    /// The `--etcd-*` flags.
+    pub etcd_auth: EtcdAuthFlags<'a>,
 }
 
 /// The effective settings of `pontoon osd run`.
@@ -595,6 +709,8 @@ pub struct OsdRunSettings {
     pub shard_ports: Option<RangeInclusive<u16>>,
     /// Write-buffer (journal) device.
     pub journal: Option<PathBuf>,
+    /// etcd's TLS settings and user.
+    pub etcd_auth: pontoon_cluster::EtcdAuth,
 }
 
 /// Resolves `osd run`'s settings: flags, then the environment, the file,
@@ -622,6 +738,7 @@ pub fn osd_run(f: &OsdRunFlags<'_>) -> Result<OsdRunSettings> {
             .map(|r| parse_port_range(&r).map_err(|e| anyhow!("osd.shard_ports: {e}")))
             .transpose()?,
         journal: get().journal(f.device, f.journal).value.map(PathBuf::from),
+        etcd_auth: etcd_auth(&f.etcd_auth)?,
     })
 }
 
@@ -635,6 +752,20 @@ pub fn parse_port_range(s: &str) -> Result<RangeInclusive<u16>, String> {
         return Err(bad());
     }
     Ok(a..=b)
+}
+
+fn check_keyring_path(v: &str) -> Result<(), String> {
+    if v.trim().is_empty() {
+        Err("expected a keyring file path".into())
+    } else {
+        Ok(())
+    }
+}
+
+fn check_entity(v: &str) -> Result<(), String> {
+    pontoon_cluster::auth::EntityName::parse(v)
+        .map(|_| ())
+        .map_err(|e| e.to_string())
 }
 
 fn check_name(v: &str) -> Result<(), String> {
@@ -662,15 +793,100 @@ fn check_endpoints(v: &str) -> Result<(), String> {
     Ok(())
 }
 
-fn check_tls_placeholder(v: &str) -> Result<(), String> {
-    if v.is_empty() {
-        Ok(())
-    } else {
-        Err(
-            "etcd over TLS is not supported yet: leave etcd.ca_file, cert_file and key_file unset"
-                .into(),
-        )
+fn check_nbd_tls(v: &str) -> Result<(), String> {
+    v.parse::<pontoon_nbd::TlsMode>().map(|_| ())
+}
+
+fn check_bool(v: &str) -> Result<(), String> {
+    match v {
+        "true" | "false" => Ok(()),
+        _ => Err(format!("{v:?}: expected true or false")),
     }
+}
+
+fn check_nbd_exports(v: &str) -> Result<(), String> {
+    pontoon_nbd::ExportAccess::parse(v, None).map(|_| ())
+}
+
+fn check_path(v: &str) -> Result<(), String> {
+    if v.trim().is_empty() {
+        Err("expected a file path".into())
+    } else {
+        Ok(())
+    }
+}
+
+fn check_etcd_user(v: &str) -> Result<(), String> {
+    if v.is_empty() || v.contains(char::is_whitespace) {
+        Err(format!("etcd user {v:?} must be a name without spaces"))
+    } else {
+        Ok(())
+    }
+}
+
+fn check_password(v: &str) -> Result<(), String> {
+    if v.is_empty() || v.contains('\n') {
+        // Never echo the value: it is a secret.
+        Err("the etcd password must be one non-empty line".into())
+    } else {
+        Ok(())
+    }
+}
+
+/// The `--etcd-*` flags a command was given for etcd's TLS settings and
+/// user (see [`etcd_auth`]).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct EtcdAuthFlags<'a> {
+    /// `--etcd-ca-file`.
+    pub ca_file: Option<&'a Path>,
+    /// `--etcd-cert-file`.
+    pub cert_file: Option<&'a Path>,
+    /// `--etcd-key-file`.
+    pub key_file: Option<&'a Path>,
+    /// `--etcd-user`.
+    pub user: Option<&'a str>,
+    /// `--etcd-password-file`.
+    pub password_file: Option<&'a Path>,
+}
+
+impl EtcdAuthFlags<'_> {
+    /// The flags given, as settings (unset fields stay unset).
+    pub fn given(&self) -> pontoon_cluster::EtcdAuth {
+        pontoon_cluster::EtcdAuth {
+            ca_file: self.ca_file.map(Path::to_path_buf),
+            cert_file: self.cert_file.map(Path::to_path_buf),
+            key_file: self.key_file.map(Path::to_path_buf),
+            user: self.user.map(str::to_string),
+            password: None,
+            password_file: self.password_file.map(Path::to_path_buf),
+        }
+    }
+}
+
+/// etcd's TLS settings and user for a daemon or a command that reaches
+/// etcd by its endpoints: each `etcd.*` key from its flag, else the
+/// environment, the file. Checked (a certificate needs its key, a user a
+/// password), not read.
+pub fn etcd_auth(f: &EtcdAuthFlags<'_>) -> Result<pontoon_cluster::EtcdAuth> {
+    let path = |key: &str, flag: &str, v: Option<&Path>| -> Result<Option<PathBuf>> {
+        let v = v.map(|p| p.display().to_string());
+        Ok(value(key, flag, v.as_deref())?.map(PathBuf::from))
+    };
+    let auth = pontoon_cluster::EtcdAuth {
+        ca_file: path("etcd.ca_file", "--etcd-ca-file", f.ca_file)?,
+        cert_file: path("etcd.cert_file", "--etcd-cert-file", f.cert_file)?,
+        key_file: path("etcd.key_file", "--etcd-key-file", f.key_file)?,
+        user: value("etcd.user", "--etcd-user", f.user)?,
+        password: value("etcd.password", "--etcd-password", None)?
+            .map(pontoon_cluster::Secret::new),
+        password_file: path(
+            "etcd.password_file",
+            "--etcd-password-file",
+            f.password_file,
+        )?,
+    };
+    auth.check().map_err(|e| anyhow!("{e}"))?;
+    Ok(auth)
 }
 
 fn check_ip(v: &str) -> Result<(), String> {
@@ -699,6 +915,40 @@ fn check_lease_ttl(v: &str) -> Result<(), String> {
         return Err("the lease TTL must be at least 1s".into());
     }
     Ok(())
+}
+
+/// `[nbd.exports]` (identity = ["vol", "pool/*"] or one string) in the
+/// `ID=V,V;ID=V` form the flag and the environment variable take.
+fn nbd_exports_table(text: &str, t: &toml::de::DeTable<'_>) -> Result<String, String> {
+    use toml::de::DeValue;
+    let mut entries = Vec::new();
+    for (id, rules) in t.iter() {
+        let line = line_of(text, id.span().start);
+        let bad = || {
+            format!(
+                "line {line}: {NBD_EXPORTS_TABLE}.{}: expected a list of volume names, \"POOL/*\" or \"*\"",
+                id.get_ref()
+            )
+        };
+        let mut list = Vec::new();
+        match rules.get_ref() {
+            DeValue::String(s) => list.push(s.to_string()),
+            DeValue::Array(a) => {
+                for item in a.iter() {
+                    match item.get_ref() {
+                        DeValue::String(s) => list.push(s.to_string()),
+                        _ => return Err(bad()),
+                    }
+                }
+            }
+            _ => return Err(bad()),
+        }
+        if list.iter().any(|r| r.contains([',', ';', '='])) {
+            return Err(bad());
+        }
+        entries.push(format!("{}={}", id.get_ref(), list.join(",")));
+    }
+    Ok(entries.join(";"))
 }
 
 /// The 1-based line of byte offset `at` in `text`.
@@ -753,7 +1003,9 @@ pub fn parse(text: &str) -> Result<FileSettings, String> {
             };
             let line = line_of(text, k.span().start);
             match v.get_ref() {
-                DeValue::Table(t) if key != JOURNAL_TABLE => walk(text, &key, t, out),
+                DeValue::Table(t) if key != JOURNAL_TABLE && key != NBD_EXPORTS_TABLE => {
+                    walk(text, &key, t, out)
+                }
                 other => out.push((key, line, other)),
             }
         }
@@ -786,6 +1038,14 @@ pub fn parse(text: &str) -> Result<FileSettings, String> {
                     },
                 );
             }
+            continue;
+        }
+        if key == NBD_EXPORTS_TABLE
+            && let DeValue::Table(t) = v
+        {
+            let value = nbd_exports_table(text, t)?;
+            check_nbd_exports(&value).map_err(|e| format!("line {line}: {key}: {e}"))?;
+            out.values.insert(key, FileValue { value, line });
             continue;
         }
         let Some(def) = KEYS.iter().find(|k| k.name == key) else {
@@ -907,9 +1167,10 @@ listen = "0.0.0.0:10809"
             ("[mgr]\n\nhttp = \"localhost\"\n", "line 3: mgr.http"),
             ("log_format = \"xml\"\n", "line 1: log_format"),
             (
-                "[etcd]\nca_file = \"/etc/ca.pem\"\n",
-                "line 2: etcd.ca_file: etcd over TLS",
+                "[etcd]\nca_file = \"\"\n",
+                "line 2: etcd.ca_file: expected a file path",
             ),
+            ("[etcd]\nuser = \"a b\"\n", "line 2: etcd.user"),
             ("[osd.journal]\n\"/dev/a\" = 3\n", "line 2: osd.journal"),
             ("a = \"unterminated\n", "line 1:"),
         ] {
@@ -937,25 +1198,89 @@ listen = "0.0.0.0:10809"
             assert!(text.contains(&format!("#{name} = ")), "{}", k.name);
             assert!(text.contains(k.env), "{}", k.env);
         }
-        // Every commented-out `key = value` line is valid once uncommented
-        // (but the reserved TLS keys).
+        // Every commented-out `key = value` line is valid once uncommented.
         let live: String = text
             .lines()
             .map(|l| match l.strip_prefix('#') {
-                Some(rest)
-                    if rest.contains(" = ")
-                        && !rest.starts_with(' ')
-                        && !["ca_file", "cert_file", "key_file"]
-                            .iter()
-                            .any(|k| rest.starts_with(k)) =>
-                {
-                    rest
-                }
+                Some(rest) if rest.contains(" = ") && !rest.starts_with(' ') => rest,
                 _ => l,
             })
             .map(|l| format!("{l}\n"))
             .collect();
         let f = parse(&live).unwrap_or_else(|e| panic!("{e}\n{live}"));
         assert!(f.values.contains_key("osd.shard_ports"), "{live}");
+        assert!(f.values.contains_key("etcd.password_file"), "{live}");
+    }
+
+    #[test]
+    fn etcd_credentials_parse_and_the_password_is_shown_redacted() {
+        let text = "[etcd]\nendpoints = [\"https://10.0.0.1:2379\"]\nca_file = \"/etc/pontoon/etcd/ca.pem\"\n\
+                    cert_file = \"/etc/pontoon/etcd/client.pem\"\nkey_file = \"/etc/pontoon/etcd/client.key\"\n\
+                    user = \"osd\"\npassword_file = \"/etc/pontoon/etcd/osd.password\"\n";
+        let cfg = Config::from_parts(
+            "/etc/p.toml",
+            Some(parse(text).unwrap()),
+            env(&[("PONTOON_ETCD_PASSWORD", "hunter2-inline")]),
+        );
+        assert_eq!(cfg.file_value("etcd.user"), Some("osd"));
+        assert_eq!(
+            cfg.file_value("etcd.ca_file"),
+            Some("/etc/pontoon/etcd/ca.pem")
+        );
+        // A flag beats the file for each key.
+        let s = cfg
+            .setting("etcd.user", Some(("--etcd-user", "admin")))
+            .unwrap();
+        assert_eq!(
+            (s.value.as_deref(), s.source.to_string().as_str()),
+            (Some("admin"), "flag --etcd-user")
+        );
+        let all = cfg.all(&BTreeMap::new()).unwrap();
+        let pw = all.iter().find(|s| s.key == "etcd.password").unwrap();
+        assert_eq!(pw.value.as_deref(), Some(REDACTED));
+        assert_eq!(pw.source.to_string(), "env PONTOON_ETCD_PASSWORD");
+        let shown = serde_json::to_string(&all).unwrap();
+        assert!(!shown.contains("hunter2"), "{shown}");
+        assert!(shown.contains("/etc/pontoon/etcd/osd.password"), "{shown}");
+        // The file's credentials come with its endpoints.
+        let loc = locate(&cfg, None, None, None);
+        if std::env::var_os("PONTOON_CLUSTER").is_none()
+            && std::env::var_os("PONTOON_ETCD").is_none()
+        {
+            let loc = loc.unwrap();
+            assert_eq!(loc.auth.user.as_deref(), Some("osd"));
+            assert_eq!(
+                loc.auth.password_file.as_deref(),
+                Some(Path::new("/etc/pontoon/etcd/osd.password"))
+            );
+        }
+        // A bad password is refused without echoing it.
+        let e = parse("[etcd]\npassword = \"\"\n").unwrap_err();
+        assert!(e.contains("etcd.password"), "{e}");
+    }
+
+    #[test]
+    fn nbd_tls_keys_and_the_exports_table_parse() {
+        let f = parse(
+            "[nbd]\ntls = \"require\"\ntls_psk_file = \"/etc/pontoon/nbd/keys.psk\"\n\
+             [nbd.exports]\nalice = [\"vm1\", \"fast/*\"]\n\"*\" = \"shared\"\n",
+        )
+        .unwrap();
+        let cfg = Config::from_parts("/x.toml", Some(f), BTreeMap::new());
+        assert_eq!(cfg.file_value("nbd.tls"), Some("require"));
+        assert_eq!(
+            cfg.file_value(NBD_EXPORTS_TABLE),
+            Some("alice=vm1,fast/*;*=shared")
+        );
+        for bad in [
+            "[nbd]\ntls = \"maybe\"\n",
+            "[nbd.exports]\nalice = [\"a b\"]\n",
+            "[nbd.exports]\nalice = [1]\n",
+            "[nbd.exports]\n\"al ice\" = [\"v\"]\n",
+            "[nbd.exports]\nalice = [\"v;bob=w\"]\n",
+        ] {
+            let e = parse(bad).unwrap_err();
+            assert!(e.starts_with("line "), "{bad:?}: {e}");
+        }
     }
 }

@@ -9,8 +9,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, Result, anyhow};
-use pontoon_cluster::MapStore;
 use pontoon_cluster::daemons::DaemonRecord;
+use pontoon_cluster::{EtcdAuth, MapStore};
 use pontoon_metrics::{Exposition, GatewayMetrics, Render};
 use tokio::sync::oneshot;
 
@@ -29,9 +29,12 @@ impl DaemonMetrics {
     /// Connects to the cluster at `endpoints`/`cluster`, serves what
     /// `render` (given that connection) produces on `addr`, and registers
     /// `kind.name` with the listening address.
+    // Where etcd is (three of them) and what to serve: one call per daemon.
+    #[allow(clippy::too_many_arguments)]
     pub fn start(
         endpoints: &[String],
         cluster: &str,
+        auth: &EtcdAuth,
         kind: &str,
         name: &str,
         host: &str,
@@ -39,6 +42,7 @@ impl DaemonMetrics {
         render: impl FnOnce(MapStore) -> Render + Send + 'static,
     ) -> Result<Self> {
         let (endpoints, cluster) = (endpoints.to_vec(), cluster.to_string());
+        let auth = auth.clone();
         let (kind, name, host) = (kind.to_string(), name.to_string(), host.to_string());
         let (ready_tx, ready_rx) = std::sync::mpsc::channel::<Result<SocketAddr, String>>();
         let (stop_tx, stop_rx) = oneshot::channel::<()>();
@@ -56,7 +60,7 @@ impl DaemonMetrics {
                     }
                 };
                 rt.block_on(async move {
-                    let store = match MapStore::connect(&endpoints, &cluster).await {
+                    let store = match MapStore::connect_with(&endpoints, &cluster, &auth).await {
                         Ok(s) => s,
                         Err(e) => {
                             let _ = ready_tx.send(Err(e.to_string()));
@@ -172,6 +176,7 @@ pub fn parse_flag(s: &str) -> Result<Option<SocketAddr>> {
 pub fn start_gateway(
     endpoints: &[String],
     cluster: &str,
+    auth: &EtcdAuth,
     kind: &'static str,
     addr: Option<SocketAddr>,
     counters: Arc<GatewayMetrics>,
@@ -183,6 +188,7 @@ pub fn start_gateway(
     let m = DaemonMetrics::start(
         endpoints,
         cluster,
+        auth,
         kind,
         &gateway_name(&host),
         &host,

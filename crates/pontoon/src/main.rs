@@ -8,6 +8,7 @@
 
 mod cluster_args;
 mod cmd_api;
+mod cmd_auth;
 mod cmd_balancer;
 mod cmd_bench;
 mod cmd_config;
@@ -36,6 +37,7 @@ mod cmd_volume;
 mod config_file;
 mod cpu;
 mod daemon_metrics;
+mod etcd_pki;
 mod fio;
 mod load;
 mod logging;
@@ -77,6 +79,8 @@ enum Command {
     Mgr(cmd_mgr::MgrArgs),
     /// The manager's REST API: print its token.
     Api(cmd_api::ApiArgs),
+    /// Entities, keys and capabilities: add, ls, get, caps, rm, rotate.
+    Auth(cmd_auth::AuthArgs),
     /// Create, list, remove and scrub pools.
     Pool(cmd_pool::PoolArgs),
     /// List PGs and scrub them on request.
@@ -152,6 +156,7 @@ fn main() {
         Command::Osd(a) => cmd_osd::run(a),
         Command::Mgr(a) => cmd_mgr::run(a),
         Command::Api(a) => cmd_api::run(a),
+        Command::Auth(a) => cmd_auth::run(a),
         Command::Pool(a) => cmd_pool::run(a),
         Command::Pg(a) => cmd_pg::run(a),
         Command::Balancer(a) => cmd_balancer::run(a),

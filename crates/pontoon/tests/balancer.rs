@@ -157,6 +157,7 @@ fn an_added_osd_is_balanced_to_within_five_percent_and_the_data_survives() {
         .args(["--size", "1G", "--id", "3", "--shards", "1"])
         .args(["--host", &cluster_toml(&dir, "host")])
         .args(["--lease-ttl", "3s", "--metrics", "127.0.0.1:0"])
+        .args(etcd_flags(&dir, "osd"))
         .stdin(Stdio::null())
         .stdout(log.try_clone().expect("log"))
         .stderr(log)

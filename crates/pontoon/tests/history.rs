@@ -319,9 +319,11 @@ fn history_forecast_and_failover_on_a_cluster_sampled_every_second() {
     let t_vol = Instant::now();
     let etcd = up.etcd();
     rt.block_on(async {
-        let store = pontoon_cluster::MapStore::connect(std::slice::from_ref(&etcd), "pontoon")
-            .await
-            .expect("connect to etcd");
+        let auth = etcd_auth(&dir, "mgr");
+        let store =
+            pontoon_cluster::MapStore::connect_with(std::slice::from_ref(&etcd), "pontoon", &auth)
+                .await
+                .expect("connect to etcd");
         for i in 0..VOLUMES {
             store
                 .create_volume(&format!("m{i:04}"), "rbd", 4 * MIB)

@@ -93,7 +93,7 @@ fn subsystems_namespaces_and_hosts_are_managed_from_the_cli() {
     assert!(out.contains(HOST), "{out}");
     assert_eq!(
         json(dir, &["nvmf", "host", "ls", NQN, "--json"]),
-        serde_json::json!([HOST])
+        serde_json::json!([{ "nqn": HOST, "dhchap": null }])
     );
     assert_eq!(ok(dir, &["nvmf", "host", "ls", NQN]), format!("{HOST}\n"));
 

@@ -41,6 +41,7 @@ impl Osd {
             .arg("--device")
             .arg(device)
             .args(["--lease-ttl", "3s"])
+            .args(etcd_flags(dir, "osd"))
             .args(extra)
             .env_remove("PONTOON_CLUSTER")
             .env_remove("PONTOON_ETCD")

@@ -474,6 +474,7 @@ fn a_failed_drive_is_destroyed_and_replaced_under_the_same_id() {
     let log = std::fs::File::create(dir.join("osd.3-new.log")).expect("log file");
     let child = Command::new(PONTOON)
         .args(["osd", "run", "--device", &new_s, "--etcd", &up.etcd()])
+        .args(etcd_flags(dir, "osd"))
         .args(["--cluster-name", &cluster_name, "--host", &host])
         .args(["--lease-ttl", "3s"])
         .env_remove("PONTOON_CLUSTER")

@@ -482,6 +482,7 @@ fn the_rest_api_answers_like_the_cli_and_admin_goes_through_it() {
     let standby = Standby(
         Command::new(PONTOON)
             .args(["mgr", "--etcd", &up.etcd(), "--name", "rest-standby"])
+            .args(etcd_flags(&dir, "mgr"))
             .args(["--http", &format!("127.0.0.1:{port}"), "--metrics", "off"])
             .stdin(Stdio::null())
             .stdout(log.try_clone().unwrap())

@@ -10,9 +10,11 @@
 //! panic or allocate beyond the declared, bounded lengths on hostile input.
 
 mod frame;
+pub mod handshake;
 mod message;
 
 pub use frame::{FrameHeader, HEADER_LEN, MAGIC, MAX_DATA, MAX_META, ProtoError};
+pub use handshake::{AuthChallenge, AuthHello, AuthProof};
 pub use message::{
     DigestReq, DiscardReq, Hello, Message, MsgType, ObjectDigest, PEER_PAGE, PROTOCOL_VERSION,
     PeerInfo, PeerQuery, ReadReq, Reply, Role, Session, Status, SubOp, SubOpKind, Target, WriteReq,

@@ -26,6 +26,12 @@ const MAX_PEER_OBJECTS: u32 = 32_768;
 pub enum MsgType {
     /// [`Hello`].
     Hello = 1,
+    /// [`crate::AuthHello`] (handshake only, not a [`Message`]).
+    AuthHello = 2,
+    /// [`crate::AuthChallenge`] (handshake only, not a [`Message`]).
+    AuthChallenge = 3,
+    /// [`crate::AuthProof`] (handshake only, not a [`Message`]).
+    AuthProof = 4,
     /// [`ReadReq`].
     Read = 10,
     /// [`WriteReq`].
@@ -57,6 +63,9 @@ impl MsgType {
     pub fn from_u16(v: u16) -> Result<Self, ProtoError> {
         Ok(match v {
             1 => Self::Hello,
+            2 => Self::AuthHello,
+            3 => Self::AuthChallenge,
+            4 => Self::AuthProof,
             10 => Self::Read,
             11 => Self::Write,
             12 => Self::Discard,
@@ -589,6 +598,12 @@ impl Message {
         let t = MsgType::from_u16(msg_type)?;
         let what = match t {
             MsgType::Hello => "hello",
+            MsgType::AuthHello | MsgType::AuthChallenge | MsgType::AuthProof => {
+                return Err(ProtoError::Malformed(
+                    "handshake",
+                    "an authentication message outside the handshake",
+                ));
+            }
             MsgType::Read => "read",
             MsgType::Write => "write",
             MsgType::Discard => "discard",
@@ -648,6 +663,9 @@ impl Message {
             }),
             MsgType::Allocation => Message::Allocation(r.target()?),
             MsgType::Pull => Message::Pull(r.target()?),
+            MsgType::AuthHello | MsgType::AuthChallenge | MsgType::AuthProof => {
+                return Err(r.err("an authentication message outside the handshake"));
+            }
             MsgType::Ping => Message::Ping,
             MsgType::Digest => Message::Digest(DigestReq {
                 target: r.target()?,

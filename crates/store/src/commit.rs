@@ -144,6 +144,7 @@ async fn commit<D: BlockDevice>(inner: &Inner<D>, batch: Batch, id: u64) -> Resu
         data_blocks,
         reserved_blocks,
         reserved_objects,
+        reserved_meta,
         ..
     } = batch;
     let mut buf_first = Vec::with_capacity(bufs.len());
@@ -198,6 +199,7 @@ async fn commit<D: BlockDevice>(inner: &Inner<D>, batch: Batch, id: u64) -> Resu
     st.apply(recno, &entries, &crcs, true);
     st.reserved_blocks -= reserved_blocks;
     st.reserved_objects -= reserved_objects;
+    st.reserved_meta -= reserved_meta;
     st.committed = id;
     st.counters.records += 1;
     st.counters.journal_bytes += total * BLOCK_SIZE_U64;

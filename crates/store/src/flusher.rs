@@ -123,11 +123,8 @@ async fn move_home<D: BlockDevice>(inner: &Inner<D>) -> Result<(), StoreError> {
                         };
                         let blk = r.start_blk + blk_i;
                         blk_i += 1;
-                        let current = st
-                            .objects
-                            .get(&r.oid)
-                            .and_then(|o| o.get(blk))
-                            .is_some_and(|e| e.loc() == from);
+                        // The head or, after a snapshot, a clone may own it.
+                        let current = st.objects.get(&r.oid).is_some_and(|o| o.owns(blk, from));
                         if current {
                             data.extend_from_slice(rec.block(r.buf, r.first + blk_i - 1));
                             moves.push(Move {
@@ -216,7 +213,10 @@ async fn move_home<D: BlockDevice>(inner: &Inner<D>) -> Result<(), StoreError> {
 /// Streams a checkpoint into the older slot, makes it durable, trims.
 async fn write_checkpoint<D: BlockDevice>(inner: &Inner<D>) -> Result<(), StoreError> {
     let (replay_lpos, replay_prev_crc, keys, generation, slot_start, slot_blocks) = {
-        let st = inner.st.borrow();
+        let st = &mut *inner.st.borrow_mut();
+        // Removals before this replay point are no longer replayed.
+        let head = st.journal.head;
+        st.objects.removed_snapped.retain(|_, at| *at >= head);
         let keys: Vec<ObjectId> = st.objects.map.keys().copied().collect();
         let generation = st.ckpt_gen + 1;
         let slot = generation % 2;
@@ -239,8 +239,25 @@ async fn write_checkpoint<D: BlockDevice>(inner: &Inner<D>) -> Result<(), StoreE
         {
             let st = inner.st.borrow();
             let end = (k + KEYS_PER_SLICE).min(keys.len());
+            // Every record before the head is applied: objects written now
+            // reflect exactly those, and replay applies to objects with a
+            // mark only the records from it on. Snapshot changes are not
+            // idempotent (they move entries), so they must not be applied
+            // twice; plain objects need no mark (their records are blind
+            // assignments), unless they were removed with snapshot state
+            // since the replay point.
+            let mark = st.journal.head;
             while k < end {
-                let Some(obj) = st.objects.get(&keys[k]) else {
+                let key = keys[k];
+                let recent = st.objects.removed_snapped.contains_key(&key);
+                let Some(obj) = st.objects.get(&key) else {
+                    if recent {
+                        if enc.needs_drain(44) {
+                            drain = Some(enc.drain_blocks());
+                            break;
+                        }
+                        enc.push_tombstone(&key, mark);
+                    }
                     k += 1;
                     continue;
                 };
@@ -248,7 +265,8 @@ async fn write_checkpoint<D: BlockDevice>(inner: &Inner<D>) -> Result<(), StoreE
                     drain = Some(enc.drain_blocks());
                     break;
                 }
-                enc.push(&keys[k], obj, |loc| match loc {
+                let mark = (recent || obj.snaps.is_some()).then_some(mark);
+                enc.push(&key, obj, mark, |loc| match loc {
                     Loc::Data(p) => p,
                     Loc::Journal { recno, buf, off } => {
                         let rec = st

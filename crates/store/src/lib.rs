@@ -11,7 +11,9 @@
 //! journal. Every 4 KiB block carries a crc32c verified on read.
 //!
 //! The store owns placement-free objects: `(volume, index)` with a version
-//! the caller stamps. It never talks to the network, never spawns threads,
+//! the caller stamps, and, for volumes with snapshots, each object's clones:
+//! blocks a snapshot still reads move from the head into a clone instead of
+//! being freed (see `snaps.rs`); snapshot trimming frees them. It never talks to the network, never spawns threads,
 //! never shares state between slices, and never blocks its thread: all
 //! device I/O goes through [`BlockDevice`], which is io_uring in production
 //! and an in-memory, crash-simulating device in tests.
@@ -29,6 +31,8 @@ mod open;
 pub mod probe;
 mod record;
 mod signal;
+mod snap_ops;
+mod snaps;
 mod state;
 mod stats;
 mod store;
@@ -41,5 +45,6 @@ pub use error::{Result, StoreError};
 pub use layout::{DeviceHeader, FormatOptions, OsdIdentity, SliceLayout};
 pub use mem_device::MemDevice;
 pub use open::read_header;
+pub use snap_ops::{CloneImage, CloneInfo, HEAD, SnapImage, SnapInfo, SnapUsage, TrimProgress};
 pub use stats::{LatencySummary, StoreStats, VolumeUsage, latency_histogram};
 pub use store::{BackgroundTask, ObjectImage, ReadOutput, Store};

@@ -8,12 +8,16 @@
 use pontoon_types::{ObjectId, Version, VolumeId};
 use rustc_hash::FxHashMap;
 
+use crate::snaps::SnapState;
 use crate::stats::VolumeUsage;
 
 const JOURNAL_BIT: u64 = 1 << 63;
 const RECNO_BITS: u32 = 41;
 const BUF_BITS: u32 = 10;
 const OFF_BITS: u32 = 12;
+/// The packed location of a hole (a clone's "zeros here"): a data block
+/// far beyond any data area, never a journal location.
+const HOLE_LOC: u64 = !JOURNAL_BIT;
 
 /// Where a block's current contents are.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -73,16 +77,32 @@ impl BlockEntry {
         }
     }
 
+    /// A clone's record that the block read as zeros at its snapshot.
+    pub(crate) fn hole(blk: u32) -> Self {
+        Self {
+            blk,
+            crc: 0,
+            loc: HOLE_LOC,
+        }
+    }
+
+    pub(crate) fn is_hole(&self) -> bool {
+        self.loc == HOLE_LOC
+    }
+
     pub(crate) fn loc(&self) -> Loc {
+        debug_assert!(!self.is_hole(), "a hole has no location");
         Loc::unpack(self.loc)
     }
 }
 
-/// An object's metadata: version and allocated blocks sorted by index.
+/// An object's metadata: version, the head's allocated blocks sorted by
+/// index, and, once written under a snapshot sequence, its clones.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct ObjectMeta {
     pub version: Version,
     pub blocks: Vec<BlockEntry>,
+    pub snaps: Option<Box<SnapState>>,
 }
 
 impl ObjectMeta {
@@ -167,15 +187,78 @@ impl ObjectMeta {
         self.blocks.drain(a..b).for_each(removed);
     }
 
-    /// Repoints block `blk` from `from` to `to` if it still lives at `from`.
-    pub(crate) fn relocate(&mut self, blk: u32, from: Loc, to: Loc) -> bool {
+    /// The entry (of the head or of a clone) that owns block `blk` at
+    /// `at`, if any still does.
+    fn owner_mut(&mut self, blk: u32, at: Loc) -> Option<&mut BlockEntry> {
+        let packed = at.pack();
         let i = self.lower_bound(blk);
-        match self.blocks.get_mut(i) {
-            Some(e) if e.blk == blk && e.loc == from.pack() => {
+        if self
+            .blocks
+            .get(i)
+            .is_some_and(|e| e.blk == blk && e.loc == packed)
+        {
+            return self.blocks.get_mut(i);
+        }
+        let s = self.snaps.as_mut()?;
+        for c in s.clones.iter_mut().rev() {
+            if let Ok(i) = c.entries.binary_search_by_key(&blk, |e| e.blk)
+                && c.entries[i].loc == packed
+            {
+                return c.entries.get_mut(i);
+            }
+        }
+        None
+    }
+
+    /// Whether some entry of the object still owns block `blk` at `at`.
+    pub(crate) fn owns(&self, blk: u32, at: Loc) -> bool {
+        let packed = at.pack();
+        if self.get(blk).is_some_and(|e| e.loc == packed) {
+            return true;
+        }
+        self.snaps.as_ref().is_some_and(|s| {
+            s.clones
+                .iter()
+                .any(|c| c.get(blk).is_some_and(|e| e.loc == packed))
+        })
+    }
+
+    /// Repoints block `blk` from `from` to `to` if an entry of the head or
+    /// of a clone still lives at `from`.
+    pub(crate) fn relocate(&mut self, blk: u32, from: Loc, to: Loc) -> bool {
+        match self.owner_mut(blk, from) {
+            Some(e) => {
                 e.loc = to.pack();
                 true
             }
-            _ => false,
+            None => false,
+        }
+    }
+
+    /// Every data-owning entry: the head's, then each clone's (no holes).
+    pub(crate) fn all_entries(&self) -> impl Iterator<Item = &BlockEntry> {
+        let clones = self.snaps.iter().flat_map(|s| s.clones.iter());
+        self.blocks
+            .iter()
+            .chain(clones.flat_map(|c| c.entries.iter().filter(|e| !e.is_hole())))
+    }
+}
+
+/// What one object costs: head blocks, clone blocks, and checkpoint bytes
+/// of its snapshot section beyond its blocks.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Footprint {
+    pub blocks: u64,
+    pub clone_blocks: u64,
+    pub snap_meta: u64,
+}
+
+impl ObjectMeta {
+    pub(crate) fn footprint(&self) -> Footprint {
+        Footprint {
+            blocks: self.blocks.len() as u64,
+            clone_blocks: self.clone_blocks(),
+            snap_meta: self.snap_meta_bytes(),
         }
     }
 }
@@ -187,25 +270,47 @@ pub(crate) struct ObjectTable {
     /// Objects and allocated blocks per volume, kept in step with `map` by
     /// [`ObjectTable::charge`] (entries exist only while non-zero).
     usage: FxHashMap<VolumeId, VolumeUsage>,
+    /// Checkpoint bytes of every snapshot section beyond its blocks.
+    snap_meta: u64,
+    /// Objects that had snapshot state and were removed, with the journal
+    /// position of the removal: the next checkpoint writes a tombstone (or
+    /// a replay mark) for them so replay never re-applies older records to
+    /// a later incarnation. Pruned when a checkpoint starts past them.
+    pub removed_snapped: FxHashMap<ObjectId, u64>,
 }
+
+/// Checkpoint bytes a `removed_snapped` entry may cost: a tombstone (an
+/// object header and a mark), or an empty snapshot section.
+pub(crate) const REMOVED_SNAPPED_BYTES: u64 = 44;
 
 impl ObjectTable {
     /// Records that an object of `volume` went from `before` to `after`
-    /// allocated blocks (`None`: the object did not / no longer exists).
-    pub(crate) fn charge(&mut self, volume: VolumeId, before: Option<usize>, after: Option<usize>) {
+    /// (`None`: the object did not / no longer exists).
+    pub(crate) fn charge(
+        &mut self,
+        volume: VolumeId,
+        before: Option<Footprint>,
+        after: Option<Footprint>,
+    ) {
         if before == after {
             return;
         }
+        let (b, a) = (before.unwrap_or_default(), after.unwrap_or_default());
+        self.snap_meta = (self.snap_meta + a.snap_meta)
+            .checked_sub(b.snap_meta)
+            .expect("snapshot metadata bytes would go negative");
         let u = self.usage.entry(volume).or_default();
         let objects = u.objects as i64 + after.is_some() as i64 - before.is_some() as i64;
-        let blocks = u.blocks as i64 + after.unwrap_or(0) as i64 - before.unwrap_or(0) as i64;
+        let blocks = u.blocks as i64 + a.blocks as i64 - b.blocks as i64;
+        let snap = u.snap_blocks as i64 + a.clone_blocks as i64 - b.clone_blocks as i64;
         assert!(
-            objects >= 0 && blocks >= 0,
-            "volume {volume:?} usage would go negative ({objects} objects, {blocks} blocks)"
+            objects >= 0 && blocks >= 0 && snap >= 0,
+            "volume {volume:?} usage would go negative ({objects} objects, {blocks} blocks, {snap} snapshot blocks)"
         );
         u.objects = objects as u64;
         u.blocks = blocks as u64;
-        if objects == 0 && blocks == 0 {
+        u.snap_blocks = snap as u64;
+        if objects == 0 && blocks == 0 && snap == 0 {
             self.usage.remove(&volume);
         }
     }
@@ -213,11 +318,21 @@ impl ObjectTable {
     /// Recounts every volume's usage from the table (after open).
     pub(crate) fn recount(&mut self) {
         self.usage.clear();
+        self.snap_meta = 0;
         for (oid, o) in &self.map {
+            let f = o.footprint();
             let u = self.usage.entry(oid.volume).or_default();
             u.objects += 1;
-            u.blocks += o.blocks.len() as u64;
+            u.blocks += f.blocks;
+            u.snap_blocks += f.clone_blocks;
+            self.snap_meta += f.snap_meta;
         }
+    }
+
+    /// Checkpoint bytes snapshot metadata needs beyond what the slot
+    /// budgets per data block and per object.
+    pub(crate) fn snap_meta_bytes(&self) -> u64 {
+        self.snap_meta + REMOVED_SNAPPED_BYTES * self.removed_snapped.len() as u64
     }
 
     /// Usage of every volume with objects here.
@@ -245,10 +360,11 @@ impl ObjectTable {
         self.map.len()
     }
 
-    /// Blocks in `start..start+n` of `oid` that are not allocated.
+    /// Blocks in `start..start+n` of `oid`'s head that are not allocated.
     pub(crate) fn missing(&self, oid: &ObjectId, start: u32, n: u32) -> u32 {
         self.map
             .get(oid)
+            .filter(|o| o.has_head())
             .map_or(n, |o| o.missing_in(start, start + n))
     }
 }
@@ -268,6 +384,7 @@ mod tests {
             len in 0u32..64,
         ) {
             let o = ObjectMeta {
+                snaps: None,
                 version: Version::ZERO,
                 blocks: set.iter().map(|&b| BlockEntry::new(b, 0, Loc::Data(u64::from(b)))).collect(),
             };

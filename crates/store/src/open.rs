@@ -10,16 +10,18 @@ use std::rc::Rc;
 use std::time::Instant;
 
 use pontoon_buf::AlignedBuf;
-use pontoon_types::{BLOCK_SIZE, BLOCK_SIZE_U64};
+use pontoon_types::{BLOCK_SIZE, BLOCK_SIZE_U64, ObjectId};
+use rustc_hash::FxHashMap;
 
 use crate::alloc::{Allocator, Reclaim};
 use crate::checkpoint::{self, CheckpointHeader, DiskLoc};
 use crate::device::BlockDevice;
 use crate::error::{Result, StoreError};
 use crate::layout::{self, DeviceHeader, DeviceRole, FormatOptions, OsdIdentity, SliceLayout};
-use crate::objects::{Loc, ObjectMeta, ObjectTable};
+use crate::objects::{BlockEntry, Loc, ObjectMeta, ObjectTable};
 use crate::record::{self, Entry, EntryKind, FLAG_WRAP};
 use crate::signal::Signal;
+use crate::snaps::{CloneMeta, SnapState};
 use crate::state::{Batch, InlineRef, JRec, Journal, State};
 use crate::stats::Counters;
 use crate::store::{BackgroundTask, Inner, Store};
@@ -247,19 +249,18 @@ impl<D: BlockDevice> Store<D> {
             });
             jr.last_crc = r.crc;
             if r.lpos >= ckpt.replay_lpos {
-                to_apply.push((recno, r.entries, r.crcs));
+                to_apply.push((recno, r.lpos, r.entries, r.crcs));
             }
         }
         debug_assert_eq!(jr.head, scan.end);
 
         let mut objects = ObjectTable::default();
         objects.map.reserve(ckpt.n_objects as usize);
+        // Journal position from which replay applies records to an object
+        // whose checkpointed state was written later than the replay point.
+        let mut marks: FxHashMap<ObjectId, u64> = FxHashMap::default();
         checkpoint::decode_body(&body, ckpt.n_objects, layout.object_blocks, |o| {
-            let mut meta = ObjectMeta {
-                version: o.version,
-                blocks: Vec::with_capacity(o.blocks.len()),
-            };
-            for (blk, crc, loc) in o.blocks {
+            let resolve = |blk: u32, crc: u32, loc: DiskLoc| -> Result<BlockEntry, String> {
                 let loc = match loc {
                     DiskLoc::Data(p) => Loc::Data(p),
                     DiskLoc::Journal { lpos, idx } => {
@@ -281,7 +282,60 @@ impl<D: BlockDevice> Store<D> {
                         }
                     }
                 };
-                meta.blocks.push(checkpoint::entry(blk, crc, loc));
+                Ok(checkpoint::entry(blk, crc, loc))
+            };
+            if let Some(mark) = o.tombstone_mark {
+                if marks.insert(o.oid, mark).is_some() {
+                    return Err(format!("object {} appears twice", o.oid));
+                }
+                return Ok(());
+            }
+            let mut meta = ObjectMeta {
+                version: o.version,
+                blocks: Vec::with_capacity(o.blocks.len()),
+                snaps: None,
+            };
+            for &(blk, crc, loc) in &o.blocks {
+                meta.blocks.push(resolve(blk, crc, loc)?);
+            }
+            if let Some(s) = o.snaps {
+                if marks.insert(o.oid, s.mark).is_some() {
+                    return Err(format!("object {} appears twice", o.oid));
+                }
+                let mut st = SnapState {
+                    seq: s.seq,
+                    headless: s.headless,
+                    ..Default::default()
+                };
+                for c in s.clones {
+                    let mut cm = CloneMeta::new(c.id, c.complete);
+                    for (blk, crc, loc) in c.blocks {
+                        cm.entries.push(resolve(blk, crc, loc)?);
+                    }
+                    for (start, n) in c.holes {
+                        cm.entries.extend((start..start + n).map(BlockEntry::hole));
+                    }
+                    cm.entries.sort_unstable_by_key(|e| e.blk);
+                    if cm.entries.windows(2).any(|w| w[0].blk == w[1].blk) {
+                        return Err(format!(
+                            "object {} clone {} has a block and a hole at once",
+                            o.oid, c.id
+                        ));
+                    }
+                    let (b, h) = cm.counts();
+                    st.clone_blocks += b;
+                    st.holes += h;
+                    st.clones.push(cm);
+                }
+                if st.headless && !st.clones.last().is_some_and(|c| c.complete) {
+                    return Err(format!(
+                        "object {} has no head and no complete clone",
+                        o.oid
+                    ));
+                }
+                if st != SnapState::default() {
+                    meta.snaps = Some(Box::new(st));
+                }
             }
             if objects.map.insert(o.oid, meta).is_some() {
                 return Err(format!("object {} appears twice", o.oid));
@@ -300,6 +354,7 @@ impl<D: BlockDevice> Store<D> {
             batch: Batch::default(),
             reserved_blocks: 0,
             reserved_objects: 0,
+            reserved_meta: 0,
             open_batch: 1,
             committed: 0,
             failed: None,
@@ -311,7 +366,11 @@ impl<D: BlockDevice> Store<D> {
             counters: Counters::default(),
         };
         let replayed = to_apply.len() as u64;
-        for (recno, entries, crcs) in &to_apply {
+        for (recno, lpos, entries, crcs) in &mut to_apply {
+            if !marks.is_empty() {
+                // Records an object's checkpointed state already holds.
+                entries.retain(|e| marks.get(&e.oid).is_none_or(|m| *lpos >= *m));
+            }
             st.apply(*recno, entries, crcs, false);
         }
         st.rebuild_accounting().map_err(StoreError::Corrupt)?;

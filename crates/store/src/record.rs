@@ -36,9 +36,23 @@ pub(crate) enum EntryKind {
     Discard = 3,
     /// The whole object removed.
     Delete = 4,
-    /// The object exists (possibly empty) at this version.
+    /// The object exists (possibly empty) at this version; with a
+    /// snapshot field, its snapshot sequence is set to it (recovery).
     Create = 5,
+    /// Clone `snap` of the object is removed (snap trim).
+    SnapTrim = 6,
+    /// The object, head and clones, is removed and all its blocks freed.
+    Purge = 7,
+    /// Clone `snap` exists (complete if `start_blk` is 1): recovery
+    /// installs clones this way before their blocks.
+    CloneCreate = 8,
 }
+
+/// Entry flag: an 8-byte snapshot field follows the version.
+const FLAG_SNAP: u8 = 1;
+/// Entry flag: a raw change, outside the snapshot rules (recovery's
+/// installs): with a snapshot field, writes and discards go to that clone.
+const FLAG_RAW: u8 = 2;
 
 /// One metadata change. For inline writes, the data is `nblk` blocks of
 /// buffer `buf` starting at block `first`; on disk, buffers are laid out back
@@ -56,20 +70,43 @@ pub(crate) struct Entry {
     pub loc: u64,
     /// Index of this entry's first checksum in the record's checksum list.
     pub crc_off: u32,
+    /// Snapshot sequence the change was issued under (0: none); for
+    /// snap trims, clone creation and raw changes, the clone's id.
+    pub snap: u64,
+    /// Outside the snapshot rules (see [`EntryKind`]).
+    pub raw: bool,
 }
 
 impl Entry {
     /// Encoded size in bytes.
     pub(crate) fn encoded_len(&self) -> usize {
-        Self::encoded_len_of(self.kind, self.nblk)
+        Self::encoded_len_of(self.kind, self.nblk, self.snap != 0)
     }
 
-    /// Encoded size of an entry of `kind` covering `nblk` blocks.
-    pub(crate) fn encoded_len_of(kind: EntryKind, nblk: u32) -> usize {
-        36 + match kind {
-            EntryKind::WriteInline | EntryKind::WriteRow => 16 + 4 * nblk as usize,
-            EntryKind::Discard => 8,
-            EntryKind::Delete | EntryKind::Create => 0,
+    /// Encoded size of an entry of `kind` covering `nblk` blocks, with or
+    /// without a snapshot field.
+    pub(crate) fn encoded_len_of(kind: EntryKind, nblk: u32, snap: bool) -> usize {
+        36 + 8 * snap as usize
+            + match kind {
+                EntryKind::WriteInline | EntryKind::WriteRow => 16 + 4 * nblk as usize,
+                EntryKind::Discard | EntryKind::CloneCreate => 8,
+                EntryKind::Delete | EntryKind::Create | EntryKind::SnapTrim | EntryKind::Purge => 0,
+            }
+    }
+
+    /// An entry of `kind` for `oid` with no range, data or snapshot.
+    pub(crate) fn bare(kind: EntryKind, oid: ObjectId, version: Version) -> Self {
+        Self {
+            kind,
+            oid,
+            version,
+            start_blk: 0,
+            nblk: 0,
+            buf: 0,
+            loc: 0,
+            crc_off: 0,
+            snap: 0,
+            raw: false,
         }
     }
 }
@@ -123,11 +160,15 @@ pub(crate) fn encode(
     debug_assert_eq!(e.pos(), FIXED_HEADER);
     for en in entries {
         e.u8(en.kind as u8);
-        e.bytes(&[0; 3]);
+        let flags = if en.snap != 0 { FLAG_SNAP } else { 0 } | if en.raw { FLAG_RAW } else { 0 };
+        e.bytes(&[flags, 0, 0]);
         e.u64(en.oid.volume.0);
         e.u64(en.oid.index);
         e.u64(en.version.epoch);
         e.u64(en.version.seq);
+        if en.snap != 0 {
+            e.u64(en.snap);
+        }
         match en.kind {
             EntryKind::WriteInline | EntryKind::WriteRow => {
                 e.u32(en.start_blk);
@@ -142,11 +183,11 @@ pub(crate) fn encode(
                     e.u32(*c);
                 }
             }
-            EntryKind::Discard => {
+            EntryKind::Discard | EntryKind::CloneCreate => {
                 e.u32(en.start_blk);
                 e.u32(en.nblk);
             }
-            EntryKind::Delete | EntryKind::Create => {}
+            EntryKind::Delete | EntryKind::Create | EntryKind::SnapTrim | EntryKind::Purge => {}
         }
     }
     let crc = crc_with_zeroed_field(&b, CRC_FIELD);
@@ -232,11 +273,25 @@ pub(crate) fn decode_entries(
             3 => EntryKind::Discard,
             4 => EntryKind::Delete,
             5 => EntryKind::Create,
+            6 => EntryKind::SnapTrim,
+            7 => EntryKind::Purge,
+            8 => EntryKind::CloneCreate,
             _ => return Err(Invalid::Malformed),
         };
-        d.bytes(3)?;
+        let pad = d.bytes(3)?;
+        let flags = pad[0];
+        if flags & !(FLAG_SNAP | FLAG_RAW) != 0 || pad[1] != 0 || pad[2] != 0 {
+            return Err(Invalid::Malformed);
+        }
         let oid = ObjectId::new(d.u64()?, d.u64()?);
         let version = Version::new(d.u64()?, d.u64()?);
+        let snap = if flags & FLAG_SNAP != 0 { d.u64()? } else { 0 };
+        if snap == 0
+            && (flags & FLAG_SNAP != 0
+                || matches!(kind, EntryKind::SnapTrim | EntryKind::CloneCreate))
+        {
+            return Err(Invalid::Malformed);
+        }
         let mut en = Entry {
             kind,
             oid,
@@ -246,6 +301,8 @@ pub(crate) fn decode_entries(
             buf: 0,
             loc: 0,
             crc_off: crcs.len() as u32,
+            snap,
+            raw: flags & FLAG_RAW != 0,
         };
         match kind {
             EntryKind::WriteInline | EntryKind::WriteRow => {
@@ -280,7 +337,14 @@ pub(crate) fn decode_entries(
                     return Err(Invalid::Malformed);
                 }
             }
-            EntryKind::Delete | EntryKind::Create => {}
+            EntryKind::CloneCreate => {
+                en.start_blk = d.u32()?;
+                en.nblk = d.u32()?;
+                if en.start_blk > 1 || en.nblk != 0 {
+                    return Err(Invalid::Malformed);
+                }
+            }
+            EntryKind::Delete | EntryKind::Create | EntryKind::SnapTrim | EntryKind::Purge => {}
         }
         entries.push(en);
     }
@@ -315,6 +379,8 @@ mod tests {
             buf: 1,
             loc: 0,
             crc_off: 0,
+            snap: 0,
+            raw: false,
         };
         let r = Entry {
             kind: EntryKind::WriteRow,
@@ -325,6 +391,8 @@ mod tests {
             buf: 0,
             loc: 777,
             crc_off: 2,
+            snap: 9,
+            raw: false,
         };
         let d = Entry {
             kind: EntryKind::Delete,
@@ -335,6 +403,8 @@ mod tests {
             buf: 0,
             loc: 0,
             crc_off: 3,
+            snap: 0,
+            raw: true,
         };
         let entries = vec![w, r, d];
         let bytes: usize = entries.iter().map(Entry::encoded_len).sum();

@@ -11,9 +11,10 @@ use pontoon_buf::AlignedBuf;
 use pontoon_types::{BLOCK_SIZE, ObjectId};
 
 use crate::alloc::{Allocator, Reclaim};
-use crate::layout::SliceLayout;
-use crate::objects::{BlockEntry, Loc, ObjectTable};
+use crate::layout::{CKPT_BLOCK_BYTES, CKPT_OBJECT_BYTES, SliceLayout};
+use crate::objects::{BlockEntry, Loc, ObjectMeta, ObjectTable};
 use crate::record::{Entry, EntryKind};
+use crate::snaps::{After, HeadChange};
 use crate::stats::Counters;
 
 /// An inline write inside a record, remembered so the flusher can find the
@@ -132,6 +133,8 @@ pub(crate) struct Batch {
     pub needs_flush: bool,
     pub reserved_blocks: u64,
     pub reserved_objects: u64,
+    /// Checkpoint bytes of snapshot metadata promised to this batch.
+    pub reserved_meta: u64,
     pub user_bytes: u64,
     pub ops: u64,
 }
@@ -153,6 +156,8 @@ pub(crate) struct State {
     /// New blocks promised to writes in flight (not yet applied).
     pub reserved_blocks: u64,
     pub reserved_objects: u64,
+    /// Checkpoint bytes of snapshot metadata promised to writes in flight.
+    pub reserved_meta: u64,
     /// Id of the batch being filled; batches below it are taken.
     pub open_batch: u64,
     /// Every batch up to this id is durable and applied.
@@ -178,6 +183,25 @@ impl State {
         self.layout
             .data_blocks
             .saturating_sub(self.alloc.used() + self.journal.live_blocks + self.reserved_blocks)
+    }
+
+    /// Checkpoint bytes the object table may need now, promises included:
+    /// an object header per object, an entry per data block, and the
+    /// snapshot metadata, which no data block stands for.
+    pub(crate) fn checkpoint_bound(&self) -> u64 {
+        let objects = self.objects.len() as u64 + self.reserved_objects;
+        let blocks = self.alloc.used() + self.journal.live_blocks + self.reserved_blocks;
+        CKPT_OBJECT_BYTES * objects
+            + CKPT_BLOCK_BYTES * blocks
+            + self.objects.snap_meta_bytes()
+            + self.reserved_meta
+    }
+
+    /// Body bytes one checkpoint slot holds. Sized for an object header
+    /// and an entry per data block, so without snapshot metadata the bound
+    /// above always fits; with it, changes that would not fit are refused.
+    pub(crate) fn checkpoint_capacity(&self) -> u64 {
+        self.layout.ckpt_slot_blocks.saturating_sub(1) * BLOCK_SIZE as u64
     }
 
     /// Applies one durable record's entries. `recno` is the in-memory record
@@ -207,8 +231,9 @@ impl State {
                 journal.live_blocks += inline as u64;
             }
         }
+        let lpos = journal.rec(recno).map_or(0, |r| r.lpos);
         let mut release = |old: BlockEntry| {
-            if !accounting {
+            if !accounting || old.is_hole() {
                 return;
             }
             match old.loc() {
@@ -223,51 +248,124 @@ impl State {
             }
         };
         for en in entries {
-            let before = if accounting {
-                objects.get(&en.oid).map(|o| o.blocks.len())
-            } else {
-                None
+            let (before, had_snaps) = match objects.get(&en.oid) {
+                Some(o) => (Some(o.footprint()), o.snaps.is_some()),
+                None => (None, false),
             };
+            let mut gone = false;
             match en.kind {
                 EntryKind::WriteInline | EntryKind::WriteRow => {
                     let c = &crcs[en.crc_off as usize..(en.crc_off + en.nblk) as usize];
-                    let obj = objects.entry(en.oid);
-                    obj.version = en.version;
                     let inline = en.kind == EntryKind::WriteInline;
-                    obj.set_range(
-                        en.start_blk,
-                        en.nblk,
-                        |i| {
-                            let loc = if inline {
-                                Loc::Journal {
-                                    recno,
-                                    buf: en.buf,
-                                    off: en.loc as u32 + i,
-                                }
-                            } else {
-                                Loc::Data(en.loc + i as u64)
-                            };
-                            BlockEntry::new(en.start_blk + i, c[i as usize], loc)
-                        },
-                        &mut release,
-                    );
+                    let new = |i: u32| {
+                        let loc = if inline {
+                            Loc::Journal {
+                                recno,
+                                buf: en.buf,
+                                off: en.loc as u32 + i,
+                            }
+                        } else {
+                            Loc::Data(en.loc + i as u64)
+                        };
+                        BlockEntry::new(en.start_blk + i, c[i as usize], loc)
+                    };
+                    let (start, n) = (en.start_blk, en.nblk);
+                    match objects.get_mut(&en.oid) {
+                        Some(obj) if en.raw && en.snap != 0 => {
+                            obj.clone_set_range(en.snap, start, n, new, &mut release)
+                        }
+                        Some(obj) if en.raw => {
+                            obj.version = en.version;
+                            obj.set_range(start, n, new, &mut release);
+                        }
+                        Some(obj) => {
+                            obj.version = en.version;
+                            let change = HeadChange::Write { start, n };
+                            obj.change_head(en.snap, change, new, &mut release);
+                        }
+                        None if en.raw && en.snap != 0 => {
+                            let obj = objects.entry(en.oid);
+                            obj.version = en.version;
+                            obj.clone_set_range(en.snap, start, n, new, &mut release);
+                        }
+                        None => {
+                            let obj = objects.entry(en.oid);
+                            obj.version = en.version;
+                            if !en.raw {
+                                obj.snaps = ObjectMeta::born_under(en.snap);
+                            }
+                            obj.set_range(start, n, new, &mut release);
+                        }
+                    }
                 }
                 EntryKind::Discard => {
                     if let Some(obj) = objects.get_mut(&en.oid) {
-                        obj.version = en.version;
-                        obj.remove_range(en.start_blk, en.nblk, &mut release);
+                        let (start, n) = (en.start_blk, en.nblk);
+                        if en.raw && en.snap != 0 {
+                            obj.clone_holes(en.snap, start, n, &mut release);
+                        } else if en.raw {
+                            obj.version = en.version;
+                            obj.remove_range(start, n, &mut release);
+                        } else if obj.has_head() {
+                            obj.version = en.version;
+                            let change = HeadChange::Discard { start, n };
+                            obj.change_head(en.snap, change, |_| unreachable!(), &mut release);
+                        }
                     }
                 }
                 EntryKind::Delete => {
-                    if let Some(obj) = objects.remove(&en.oid) {
-                        obj.blocks.into_iter().for_each(&mut release);
+                    if let Some(obj) = objects.get_mut(&en.oid) {
+                        let after = if en.raw {
+                            obj.drop_head(&mut release)
+                        } else {
+                            obj.version = en.version;
+                            let change = HeadChange::Delete;
+                            obj.change_head(en.snap, change, |_| unreachable!(), &mut release)
+                        };
+                        gone = after == After::Gone;
                     }
                 }
-                EntryKind::Create => objects.entry(en.oid).version = en.version,
+                EntryKind::Create => {
+                    let obj = objects.entry(en.oid);
+                    obj.version = en.version;
+                    if let Some(s) = obj.snaps.as_mut() {
+                        s.headless = false;
+                    }
+                    if en.snap != 0 {
+                        obj.snaps.get_or_insert_with(Box::default).seq = en.snap;
+                    }
+                }
+                EntryKind::SnapTrim => {
+                    if let Some(obj) = objects.get_mut(&en.oid) {
+                        gone = obj.trim_clone(en.snap, &mut release) == After::Gone;
+                    }
+                }
+                EntryKind::Purge => {
+                    if let Some(obj) = objects.remove(&en.oid) {
+                        obj.blocks.iter().copied().for_each(&mut release);
+                        for c in obj.snaps.iter().flat_map(|s| s.clones.iter()) {
+                            c.entries.iter().copied().for_each(&mut release);
+                        }
+                    }
+                }
+                EntryKind::CloneCreate => {
+                    let fresh = objects.get(&en.oid).is_none();
+                    let obj = objects.entry(en.oid);
+                    if fresh {
+                        obj.version = en.version;
+                    }
+                    obj.clone_create(en.snap, en.start_blk == 1, fresh);
+                }
+            }
+            if gone {
+                objects.remove(&en.oid);
             }
             if accounting {
-                let after = objects.get(&en.oid).map(|o| o.blocks.len());
+                let after = objects.get(&en.oid).map(|o| o.footprint());
                 objects.charge(en.oid.volume, before, after);
+                if had_snaps && after.is_none() {
+                    objects.removed_snapped.insert(en.oid, lpos);
+                }
             }
         }
     }
@@ -283,7 +381,7 @@ impl State {
         } = self;
         objects.recount();
         for (oid, obj) in &objects.map {
-            for b in &obj.blocks {
+            for b in obj.all_entries() {
                 match b.loc() {
                     Loc::Data(p) => {
                         if !alloc.mark_used(p) {

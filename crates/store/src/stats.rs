@@ -103,8 +103,10 @@ impl Default for Counters {
 pub struct VolumeUsage {
     /// Objects of the volume held.
     pub objects: u64,
-    /// Allocated 4 KiB blocks of those objects (after discards).
+    /// Allocated 4 KiB blocks of those objects' heads (after discards).
     pub blocks: u64,
+    /// 4 KiB blocks that only snapshots still hold (owned by clones).
+    pub snap_blocks: u64,
 }
 
 /// A snapshot of a slice's counters and space.
@@ -118,6 +120,12 @@ pub struct StoreStats {
     pub used_bytes: u64,
     /// Bytes still available for new data.
     pub free_bytes: u64,
+    /// Of `used_bytes`, bytes only snapshots still hold (owned by clones).
+    pub snapshot_bytes: u64,
+    /// Checkpoint bytes of snapshot metadata (clones and holes beyond
+    /// their blocks): it shares the checkpoint slot with the object table,
+    /// and changes that would overflow the slot are refused (`NoSpace`).
+    pub snapshot_meta_bytes: u64,
     /// Journal ring size in bytes.
     pub journal_bytes: u64,
     /// Journal bytes not yet trimmed.

@@ -14,10 +14,11 @@ use smallvec::SmallVec;
 
 use crate::device::BlockDevice;
 use crate::error::{Result, StoreError};
-use crate::layout::SliceLayout;
+use crate::layout::{CKPT_BLOCK_BYTES, CKPT_OBJECT_BYTES, SliceLayout};
 use crate::objects::{Loc, MAX_RECORD_BUFS};
 use crate::record::{Entry, EntryKind, MAX_ENTRIES, MAX_ENTRY_BYTES};
 use crate::signal::Signal;
+use crate::snaps::{CLONE_HEADER_BYTES, HOLE_BYTES, SNAP_SECTION_BYTES};
 use crate::state::State;
 use crate::stats::{LatencySummary, StoreStats, VolumeUsage};
 
@@ -102,26 +103,50 @@ impl<D: BlockDevice> Clone for Store<D> {
     }
 }
 
+/// What a read sees of an object besides its head.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum View {
+    /// What snapshot id `.0` sees.
+    Snap(u64),
+    /// Exactly the blocks clone `.0` owns (recovery images).
+    Clone(u64),
+}
+
+/// Whose data a group of writes carries, and under which rules.
+#[derive(Clone, Copy)]
+pub(crate) struct WriteSpec {
+    pub oid: ObjectId,
+    pub version: Version,
+    /// Snapshot sequence (normal writes) or clone id (raw writes).
+    pub snap: u64,
+    /// Outside the snapshot rules (recovery installs).
+    pub raw: bool,
+}
+
 /// Writes that must land in one journal record.
 #[derive(Default)]
-struct Group {
-    entries: SmallVec<[Entry; 2]>,
-    crcs: SmallVec<[u32; 16]>,
-    bufs: SmallVec<[AlignedBuf; 1]>,
-    data_blocks: u32,
-    new_blocks: u64,
-    new_object: bool,
-    row: bool,
-    user_bytes: u64,
-    kind: OpKind,
+pub(crate) struct Group {
+    pub entries: SmallVec<[Entry; 2]>,
+    pub crcs: SmallVec<[u32; 16]>,
+    pub bufs: SmallVec<[AlignedBuf; 1]>,
+    pub data_blocks: u32,
+    pub new_blocks: u64,
+    pub new_object: bool,
+    /// Checkpoint bytes of snapshot metadata the group may add.
+    pub meta_bytes: u64,
+    pub row: bool,
+    pub user_bytes: u64,
+    pub kind: OpKind,
 }
 
 #[derive(Default, Clone, Copy, PartialEq)]
-enum OpKind {
+pub(crate) enum OpKind {
     #[default]
     Write,
     Discard,
     Delete,
+    /// Snapshot trimming (background work, not counted as client ops).
+    Trim,
 }
 
 /// Outcome of offering a group to the open batch.
@@ -132,6 +157,24 @@ enum Enqueue {
 }
 
 impl Group {
+    /// Adds `g`'s entries and data after this group's (one record).
+    pub(crate) fn append(&mut self, mut g: Group) {
+        let (crc_base, buf_base) = (self.crcs.len() as u32, self.bufs.len() as u32);
+        for mut e in g.entries.drain(..) {
+            e.crc_off += crc_base;
+            if e.kind == EntryKind::WriteInline {
+                e.buf += buf_base;
+            }
+            self.entries.push(e);
+        }
+        self.crcs.extend_from_slice(&g.crcs);
+        self.bufs.extend(g.bufs.drain(..));
+        self.data_blocks += g.data_blocks;
+        self.new_blocks += g.new_blocks;
+        self.new_object |= g.new_object;
+        self.row |= g.row;
+    }
+
     fn entry_bytes(&self) -> usize {
         self.entries.iter().map(Entry::encoded_len).sum()
     }
@@ -164,7 +207,7 @@ fn row_pieces(ranges: &[(u32, u32)], runs: &[(u64, u32)]) -> usize {
     pieces
 }
 
-fn crcs_of(data: &[u8]) -> SmallVec<[u32; 16]> {
+pub(crate) fn crcs_of(data: &[u8]) -> SmallVec<[u32; 16]> {
     data.chunks_exact(BLOCK_SIZE).map(crc32c::crc32c).collect()
 }
 
@@ -179,7 +222,7 @@ impl<D: BlockDevice> Store<D> {
         self.inner.st.borrow().layout.object_blocks as u64 * BLOCK_SIZE_U64
     }
 
-    fn check_range(&self, offset: u64, len: u64) -> Result<(u32, u32)> {
+    pub(crate) fn check_range(&self, offset: u64, len: u64) -> Result<(u32, u32)> {
         let osize = self.object_size();
         if !offset.is_multiple_of(BLOCK_SIZE_U64) || !len.is_multiple_of(BLOCK_SIZE_U64) {
             return Err(StoreError::InvalidArgument(format!(
@@ -202,7 +245,8 @@ impl<D: BlockDevice> Store<D> {
 
     /// Writes `data` at `offset` in object `oid` and sets its version.
     /// Returns once the write is durable. `offset` and `data.len()` must be
-    /// multiples of 4 KiB and stay inside the object.
+    /// multiples of 4 KiB and stay inside the object. The same as
+    /// [`Store::write_snap`] with snapshot sequence 0.
     pub async fn write(
         &self,
         oid: ObjectId,
@@ -210,22 +254,44 @@ impl<D: BlockDevice> Store<D> {
         data: AlignedBuf,
         version: Version,
     ) -> Result<()> {
+        self.write_snap(oid, offset, data, version, 0).await
+    }
+
+    /// [`Store::write`] issued under the volume's snapshot sequence
+    /// `snap_seq` (the newest snapshot id when the client issued it; 0 for
+    /// none): blocks it replaces that a snapshot still reads are kept for
+    /// the snapshot, not freed (see the `snaps` module).
+    pub async fn write_snap(
+        &self,
+        oid: ObjectId,
+        offset: u64,
+        data: AlignedBuf,
+        version: Version,
+        snap_seq: u64,
+    ) -> Result<()> {
         let t0 = Instant::now();
         let (start, nblk) = self.check_range(offset, data.len() as u64)?;
         let crcs = crcs_of(&data);
         let user_bytes = data.len() as u64;
+        let w = WriteSpec {
+            oid,
+            version,
+            snap: snap_seq,
+            raw: false,
+        };
         let mut g = if nblk > ROW_THRESHOLD_BLOCKS {
             match self
-                .prepare_row(oid, version, &[(start, nblk)], data, &crcs, 0)
+                .prepare_row(w, &[(start, nblk)], data, &crcs, 0)
                 .await?
             {
                 Ok(g) => g,
-                Err(data) => self.inline_group(oid, version, &[(start, nblk)], data, &crcs)?,
+                Err(data) => self.inline_group(w, &[(start, nblk)], data, &crcs)?,
             }
         } else {
-            self.inline_group(oid, version, &[(start, nblk)], data, &crcs)?
+            self.inline_group(w, &[(start, nblk)], data, &crcs)?
         };
         g.user_bytes = user_bytes;
+        self.reserve_for_snapshots(&mut g, oid, snap_seq, &[(start, nblk)], true);
         self.submit(g).await?;
         let mut st = self.inner.st.borrow_mut();
         st.counters.writes += 1;
@@ -255,41 +321,112 @@ impl<D: BlockDevice> Store<D> {
         len: u64,
         version: Version,
     ) -> Result<()> {
+        self.discard_snap(oid, offset, len, version, 0).await
+    }
+
+    /// [`Store::discard`] under snapshot sequence `snap_seq`: discarded
+    /// blocks a snapshot still reads are kept for it.
+    pub async fn discard_snap(
+        &self,
+        oid: ObjectId,
+        offset: u64,
+        len: u64,
+        version: Version,
+        snap_seq: u64,
+    ) -> Result<()> {
         let (start, nblk) = self.check_range(offset, len)?;
         let mut g = Group {
             kind: OpKind::Discard,
             ..Default::default()
         };
         g.entries.push(Entry {
-            kind: EntryKind::Discard,
-            oid,
-            version,
             start_blk: start,
             nblk,
-            buf: 0,
-            loc: 0,
-            crc_off: 0,
+            snap: snap_seq,
+            ..Entry::bare(EntryKind::Discard, oid, version)
         });
+        self.reserve_for_snapshots(&mut g, oid, snap_seq, &[(start, nblk)], false);
         self.submit(g).await
     }
 
     /// Removes object `oid` and frees its blocks.
     pub async fn delete(&self, oid: ObjectId, version: Version) -> Result<()> {
+        self.delete_snap(oid, version, 0).await
+    }
+
+    /// Removes the head of object `oid` under snapshot sequence `snap_seq`.
+    /// Blocks that snapshots still read stay with them: the object then
+    /// lives on without a head (reads of the head, `version`, `list` and
+    /// `read_object` see no object; snapshot reads, `diff` and `snaps` see
+    /// the clones) until trimming removes its last clone. A later write
+    /// creates a new head; snapshots taken before it read zeros there.
+    pub async fn delete_snap(&self, oid: ObjectId, version: Version, snap_seq: u64) -> Result<()> {
         let mut g = Group {
             kind: OpKind::Delete,
             ..Default::default()
         };
         g.entries.push(Entry {
-            kind: EntryKind::Delete,
-            oid,
-            version,
-            start_blk: 0,
-            nblk: 0,
-            buf: 0,
-            loc: 0,
-            crc_off: 0,
+            snap: snap_seq,
+            ..Entry::bare(EntryKind::Delete, oid, version)
         });
+        self.reserve_for_snapshots(&mut g, oid, snap_seq, &[], false);
         self.submit(g).await
+    }
+
+    /// Adds to `g`'s reservation what the snapshot rules may keep: for a
+    /// write (`holes`), head blocks in `ranges` that move into a clone
+    /// instead of being freed (they stay allocated while the new data takes
+    /// new blocks); for any change, the checkpoint room of a new clone and
+    /// its holes.
+    fn reserve_for_snapshots(
+        &self,
+        g: &mut Group,
+        oid: ObjectId,
+        snap: u64,
+        ranges: &[(u32, u32)],
+        holes: bool,
+    ) {
+        let st = self.inner.st.borrow();
+        let Some(obj) = st.objects.get(&oid) else {
+            if snap > 0 {
+                g.meta_bytes += SNAP_SECTION_BYTES + CLONE_HEADER_BYTES;
+            }
+            return;
+        };
+        if obj.snaps.is_none() && snap == 0 {
+            return;
+        }
+        // A writer behind the object's sequence may still land after a
+        // newer clone opens: count every head block then.
+        let opens = snap != obj.seq();
+        let target_open = opens
+            || obj
+                .snaps
+                .as_ref()
+                .and_then(|s| s.clones.last())
+                .is_some_and(|c| !c.complete);
+        if !target_open {
+            return;
+        }
+        let newest = obj.snaps.as_ref().and_then(|s| s.clones.last());
+        let lacks = |b: u32| opens || newest.is_none_or(|c| c.get(b).is_none());
+        // Discards and deletes move blocks into a clone but allocate
+        // nothing; only writes keep old blocks beside new ones.
+        let mut keep = 0u64;
+        let mut hole_count = 0u64;
+        if holes {
+            for &(start, n) in ranges {
+                for e in obj.range(start, start + n) {
+                    keep += lacks(e.blk) as u64;
+                }
+                hole_count += u64::from(obj.missing_in(start, start + n));
+            }
+        }
+        let meta = CLONE_HEADER_BYTES * opens as u64
+            + SNAP_SECTION_BYTES * obj.snaps.is_none() as u64
+            + HOLE_BYTES * hole_count;
+        g.new_blocks += keep;
+        g.meta_bytes += meta;
     }
 
     /// Atomically replaces object `oid` with exactly `extents` (byte offset,
@@ -320,47 +457,45 @@ impl<D: BlockDevice> Store<D> {
             at += data.len();
         }
         let crcs = crcs_of(&all);
+        let w = WriteSpec {
+            oid,
+            version,
+            snap: 0,
+            raw: true,
+        };
         let mut g = if ranges.is_empty() {
             Group::default()
         } else if total / BLOCK_SIZE > ROW_THRESHOLD_BLOCKS as usize {
             // Delete and Create entries join the group below.
-            match self
-                .prepare_row(oid, version, &ranges, all, &crcs, 2)
-                .await?
-            {
+            match self.prepare_row(w, &ranges, all, &crcs, 2).await? {
                 Ok(g) => g,
-                Err(all) => self.inline_group(oid, version, &ranges, all, &crcs)?,
+                Err(all) => self.inline_group(w, &ranges, all, &crcs)?,
             }
         } else {
-            self.inline_group(oid, version, &ranges, all, &crcs)?
+            self.inline_group(w, &ranges, all, &crcs)?
         };
+        // The head is replaced outside the snapshot rules: it is the same
+        // logical object, installed from another replica; clones stay.
         for (i, kind) in [EntryKind::Delete, EntryKind::Create]
             .into_iter()
             .enumerate()
         {
             let e = Entry {
-                kind,
-                oid,
-                version,
-                start_blk: 0,
-                nblk: 0,
-                buf: 0,
-                loc: 0,
-                crc_off: 0,
+                raw: true,
+                ..Entry::bare(kind, oid, version)
             };
             g.entries.insert(i, e);
         }
         // The object is rewritten from nothing: every block counts as new.
         g.new_blocks = (total / BLOCK_SIZE) as u64;
-        g.new_object = self.version(oid).is_none();
+        g.new_object = self.inner.st.borrow().objects.get(&oid).is_none();
         self.submit(g).await
     }
 
     /// Builds a group whose data goes inline in the journal record.
-    fn inline_group(
+    pub(crate) fn inline_group(
         &self,
-        oid: ObjectId,
-        version: Version,
+        w: WriteSpec,
         ranges: &[(u32, u32)],
         data: AlignedBuf,
         crcs: &[u32],
@@ -379,14 +514,13 @@ impl<D: BlockDevice> Store<D> {
         let mut first = 0u32;
         for &(start, n) in ranges {
             g.entries.push(Entry {
-                kind: EntryKind::WriteInline,
-                oid,
-                version,
                 start_blk: start,
                 nblk: n,
-                buf: 0,
                 loc: first as u64,
                 crc_off: first,
+                snap: w.snap,
+                raw: w.raw,
+                ..Entry::bare(EntryKind::WriteInline, w.oid, w.version)
             });
             first += n;
         }
@@ -396,9 +530,9 @@ impl<D: BlockDevice> Store<D> {
         let st = self.inner.st.borrow();
         g.new_blocks = ranges
             .iter()
-            .map(|&(s, n)| st.objects.missing(&oid, s, n) as u64)
+            .map(|&(s, n)| st.objects.missing(&w.oid, s, n) as u64)
             .sum();
-        g.new_object = st.objects.get(&oid).is_none();
+        g.new_object = st.objects.get(&w.oid).is_none();
         Ok(g)
     }
 
@@ -407,10 +541,9 @@ impl<D: BlockDevice> Store<D> {
     /// a redirect, or if the free space is so fragmented that the group
     /// (with `extra` more entries the caller adds, of no data) would not fit
     /// in one journal record: the caller then journals the data instead.
-    async fn prepare_row(
+    pub(crate) async fn prepare_row(
         &self,
-        oid: ObjectId,
-        version: Version,
+        w: WriteSpec,
         ranges: &[(u32, u32)],
         data: AlignedBuf,
         crcs: &[u32],
@@ -423,7 +556,7 @@ impl<D: BlockDevice> Store<D> {
             if let Some(f) = &st.failed {
                 return Err(StoreError::Failed(f.clone()));
             }
-            let new_object = st.objects.get(&oid).is_none();
+            let new_object = st.objects.get(&w.oid).is_none();
             if st.free_blocks() < nblk as u64 {
                 return Ok(Err(data));
             }
@@ -436,7 +569,8 @@ impl<D: BlockDevice> Store<D> {
             // holes) can make them too many for a record, and a group that
             // fits no record could never be queued.
             let pieces = row_pieces(ranges, &v) + extra;
-            let bytes = pieces * Entry::encoded_len_of(EntryKind::WriteRow, 0) + 4 * nblk as usize;
+            let bytes =
+                pieces * Entry::encoded_len_of(EntryKind::WriteRow, 0, true) + 4 * nblk as usize;
             if !fits_one_record(pieces, bytes) {
                 for &(p, n) in &v {
                     (p..p + n as u64).for_each(|b| st.alloc.free(b));
@@ -488,14 +622,13 @@ impl<D: BlockDevice> Store<D> {
                 let (pblk, rlen) = runs[run_i];
                 let take = (n - done).min(rlen - run_used);
                 g.entries.push(Entry {
-                    kind: EntryKind::WriteRow,
-                    oid,
-                    version,
                     start_blk: start + done,
                     nblk: take,
-                    buf: 0,
                     loc: pblk + run_used as u64,
                     crc_off,
+                    snap: w.snap,
+                    raw: w.raw,
+                    ..Entry::bare(EntryKind::WriteRow, w.oid, w.version)
                 });
                 done += take;
                 run_used += take;
@@ -519,7 +652,7 @@ impl<D: BlockDevice> Store<D> {
     }
 
     /// Adds a group to the open batch and waits until it is durable.
-    async fn submit(&self, mut g: Group) -> Result<()> {
+    pub(crate) async fn submit(&self, mut g: Group) -> Result<()> {
         let ticket = loop {
             let step = self.try_enqueue(&mut g);
             match step {
@@ -557,6 +690,20 @@ impl<D: BlockDevice> Store<D> {
                 Some(StoreError::NoSpace(format!(
                     "object table full ({} objects)",
                     st.max_objects()
+                )))
+            } else if st.checkpoint_bound()
+                + CKPT_BLOCK_BYTES * g.new_blocks
+                + CKPT_OBJECT_BYTES * g.new_object as u64
+                + g.meta_bytes
+                > st.checkpoint_capacity()
+            {
+                // Only snapshot metadata can get here: without it the slot
+                // holds a header per object and an entry per block.
+                Some(StoreError::NoSpace(format!(
+                    "the checkpoint slot is full ({} bytes, of which snapshot metadata {}): \
+                     trim snapshots",
+                    st.checkpoint_capacity(),
+                    st.objects.snap_meta_bytes()
                 )))
             } else {
                 None
@@ -599,20 +746,22 @@ impl<D: BlockDevice> Store<D> {
             b.needs_flush |= g.row;
             b.reserved_blocks += g.new_blocks;
             b.reserved_objects += g.new_object as u64;
+            b.reserved_meta += g.meta_bytes;
             b.user_bytes += g.user_bytes;
             b.ops += 1;
             st.reserved_blocks += g.new_blocks;
             st.reserved_objects += g.new_object as u64;
+            st.reserved_meta += g.meta_bytes;
             match g.kind {
                 OpKind::Discard => st.counters.discards += 1,
                 OpKind::Delete => st.counters.deletes += 1,
-                OpKind::Write => {}
+                OpKind::Write | OpKind::Trim => {}
             }
             Enqueue::Queued(st.open_batch)
         }
     }
 
-    fn free_row_entries(&self, g: &Group) {
+    pub(crate) fn free_row_entries(&self, g: &Group) {
         let runs: SmallVec<[(u64, u32); 4]> = g
             .entries
             .iter()
@@ -642,7 +791,7 @@ impl<D: BlockDevice> Store<D> {
     pub async fn read(&self, oid: ObjectId, offset: u64, len: u64) -> Result<ReadOutput> {
         let t0 = Instant::now();
         let (start, nblk) = self.check_range(offset, len)?;
-        let (data, version, _) = self.read_blocks(oid, start, nblk, false).await?;
+        let (data, version, _) = self.read_blocks(oid, None, start, nblk, false).await?;
         let mut st = self.inner.st.borrow_mut();
         st.counters.reads += 1;
         st.counters.user_bytes_read += len;
@@ -652,9 +801,10 @@ impl<D: BlockDevice> Store<D> {
 
     /// Reads blocks `start..start+nblk`; with `want_map`, also returns the
     /// allocated runs as seen by the same snapshot.
-    async fn read_blocks(
+    pub(crate) async fn read_blocks(
         &self,
         oid: ObjectId,
+        view: Option<View>,
         start: u32,
         nblk: u32,
         want_map: bool,
@@ -664,12 +814,39 @@ impl<D: BlockDevice> Store<D> {
         let mut map = Vec::new();
         let (version, ticket, data_start) = {
             let st = &mut *self.inner.st.borrow_mut();
-            let Some(obj) = st.objects.get(&oid) else {
+            let Some(obj) = st
+                .objects
+                .get(&oid)
+                .filter(|o| view.is_some() || o.has_head())
+            else {
                 out.fill(0);
                 return Ok((out, Version::ZERO, map));
             };
+            let mut resolved = Vec::new();
+            let entries = match view {
+                Some(View::Snap(snap)) if obj.snaps.is_some() => {
+                    obj.view_range(snap, start, start + nblk, &mut resolved);
+                    &resolved[..]
+                }
+                Some(View::Clone(id)) => {
+                    let clone = obj.snaps.as_ref().and_then(|s| {
+                        s.clones
+                            .binary_search_by_key(&id, |c| c.id)
+                            .ok()
+                            .map(|i| &s.clones[i])
+                    });
+                    resolved.extend(clone.into_iter().flat_map(|c| {
+                        c.entries
+                            .iter()
+                            .filter(|e| !e.is_hole() && e.blk >= start && e.blk < start + nblk)
+                            .copied()
+                    }));
+                    &resolved[..]
+                }
+                _ => obj.range(start, start + nblk),
+            };
             let mut cursor = start;
-            for e in obj.range(start, start + nblk) {
+            for e in entries {
                 let at = (e.blk - start) as usize * BLOCK_SIZE;
                 out[(cursor - start) as usize * BLOCK_SIZE..at].fill(0);
                 if want_map {
@@ -751,7 +928,7 @@ impl<D: BlockDevice> Store<D> {
     pub async fn read_object(&self, oid: ObjectId) -> Result<Option<ObjectImage>> {
         let span = {
             let st = self.inner.st.borrow();
-            match st.objects.get(&oid) {
+            match st.objects.get(&oid).filter(|o| o.has_head()) {
                 None => return Ok(None),
                 Some(o) => match (o.blocks.first(), o.blocks.last()) {
                     (Some(a), Some(b)) => Some((a.blk, b.blk + 1 - a.blk)),
@@ -766,7 +943,7 @@ impl<D: BlockDevice> Store<D> {
                 extents: Vec::new(),
             }));
         };
-        let (data, version, map) = self.read_blocks(oid, start, n, true).await?;
+        let (data, version, map) = self.read_blocks(oid, None, start, n, true).await?;
         let extents = map
             .into_iter()
             .map(|(s, k)| {
@@ -778,9 +955,15 @@ impl<D: BlockDevice> Store<D> {
         Ok(Some(ObjectImage { version, extents }))
     }
 
-    /// The object's version, if it exists.
+    /// The object's version, if it exists (has a head).
     pub fn version(&self, oid: ObjectId) -> Option<Version> {
-        self.inner.st.borrow().objects.get(&oid).map(|o| o.version)
+        self.inner
+            .st
+            .borrow()
+            .objects
+            .get(&oid)
+            .filter(|o| o.has_head())
+            .map(|o| o.version)
     }
 
     /// Allocated byte ranges of the object (ascending, merged).
@@ -813,7 +996,7 @@ impl<D: BlockDevice> Store<D> {
             .objects
             .map
             .iter()
-            .filter(|(k, _)| keep(**k))
+            .filter(|(k, o)| o.has_head() && keep(**k))
             .map(|(k, o)| (*k, o.version))
             .collect();
         v.sort_unstable();
@@ -902,6 +1085,8 @@ impl<D: BlockDevice> Store<D> {
             capacity_bytes: st.layout.data_blocks * bs,
             used_bytes: (st.alloc.used() + st.journal.live_blocks) * bs,
             free_bytes: st.free_blocks() * bs,
+            snapshot_bytes: st.objects.usage().map(|(_, u)| u.snap_blocks).sum::<u64>() * bs,
+            snapshot_meta_bytes: st.objects.snap_meta_bytes(),
             journal_bytes: st.journal.blocks * bs,
             journal_used_bytes: st.journal.used() * bs,
             user_bytes_written: c.user_bytes_written,

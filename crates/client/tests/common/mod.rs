@@ -114,6 +114,10 @@ impl Cluster {
             .args(["--shards", "1"])
             .args(["--lease-ttl", &dur_arg(opts.lease_ttl)])
             .args(["--out-after", &dur_arg(opts.out_after)])
+            // These tests reach etcd directly (map feeds, `osd run
+            // --etcd`); etcd's TLS and users have tests of their own
+            // (crates/pontoon/tests/etcd_security.rs).
+            .arg("--etcd-insecure")
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()

@@ -17,6 +17,14 @@
 //! writes it to `DIR/cluster.toml` as `api_token`; `pontoon api token`
 //! prints it.
 //!
+//! An entity of the cluster ([`pontoon_cluster::auth`]) may instead send
+//! `Authorization: Bearer ENTITY:KEY` (its name and its base64 key, as its
+//! keyring holds them; a key in a rotation's grace period works too). Its
+//! caps decide: `GET`/`HEAD` need cluster-wide read (`allow r`, `allow rw`,
+//! `allow *`, a profile), anything else needs admin (`allow *`, `allow
+//! profile mgr`); otherwise 403. The map is read per such request (no
+//! cache), so a removed entity or a finished rotation takes effect at once.
+//!
 //! # Errors
 //!
 //! Errors are JSON, `{"error": "message"}`, with a fitting status: 400 for
@@ -306,10 +314,58 @@ async fn require_token(State(state): State<Shared>, req: Request, next: Next) ->
                 .map(str::trim);
             if token.is_some_and(|t| same(t.as_bytes(), state.token.as_bytes())) {
                 next.run(req).await
+            } else if let Some((entity, key)) = token.and_then(|t| t.split_once(':')) {
+                match entity_allowed(&state, entity, key, req.method()).await {
+                    Ok(()) => next.run(req).await,
+                    Err(e) => e.into_response(),
+                }
             } else {
                 ApiError::new(StatusCode::UNAUTHORIZED, "wrong API token").into_response()
             }
         }
+    }
+}
+
+/// Checks a `Bearer ENTITY:KEY` token against the map: the key must be
+/// one the entity may use now, and its caps must allow the method (reads:
+/// cluster-wide read; anything else: admin).
+async fn entity_allowed(
+    state: &ApiState,
+    entity: &str,
+    key: &str,
+    method: &Method,
+) -> Result<(), ApiError> {
+    use pontoon_cluster::auth::{AuthKey, EntityName, Op};
+    let wrong = || ApiError::new(StatusCode::UNAUTHORIZED, "wrong API token");
+    let name = EntityName::parse(entity).map_err(|_| wrong())?;
+    let key = AuthKey::from_base64(key).map_err(|_| wrong())?;
+    let map = state.store.load().await?;
+    let creds = map
+        .credentials(&name, pontoon_cluster::auth::now_unix())
+        .ok_or_else(wrong)?;
+    if creds.accepts(key.as_bytes()).is_none() {
+        return Err(wrong());
+    }
+    let op = if *method == Method::GET || *method == Method::HEAD {
+        Op::Read
+    } else {
+        Op::Admin
+    };
+    if creds.caps.allows(op, None, None) {
+        Ok(())
+    } else {
+        Err(ApiError::new(
+            StatusCode::FORBIDDEN,
+            format!(
+                "{name} may not {} (caps: {:?})",
+                if op == Op::Read {
+                    "read the cluster"
+                } else {
+                    "change the cluster"
+                },
+                creds.caps.to_string()
+            ),
+        ))
     }
 }
 

@@ -63,6 +63,7 @@ pub fn default_subsystem() -> SubsystemConfig {
         nqn: NQN.into(),
         namespaces: vec![ns(1, "vol")],
         allowed_hosts: vec![HOST.into()],
+        auth: Default::default(),
     }
 }
 

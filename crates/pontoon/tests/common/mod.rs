@@ -157,6 +157,50 @@ pub fn osd_pid(dir: &Path, id: impl std::fmt::Display) -> u32 {
     read_pid(&dir.join(format!("run/osd.{id}.pid"))).expect("osd pid file")
 }
 
+/// The `--etcd-*` flags with which `pontoon up` starts its daemons of
+/// kind `user` (`osd`, `mgr`, `nbd`, `nvmf`, `vhost`): etcd's CA, the
+/// client certificate and the user's password file in `DIR/etcd-pki/`.
+/// None for a cluster started with `--etcd-insecure`.
+pub fn etcd_flags(dir: &Path, user: &str) -> Vec<String> {
+    let toml = std::fs::read_to_string(dir.join("cluster.toml")).unwrap_or_default();
+    if !toml.contains("etcd_user = ") {
+        return Vec::new();
+    }
+    let pki = dir.join("etcd-pki");
+    let f = |name: &str| pki.join(name).display().to_string();
+    vec![
+        "--etcd-ca-file".into(),
+        f("ca.pem"),
+        "--etcd-cert-file".into(),
+        f("client.pem"),
+        "--etcd-key-file".into(),
+        f("client.key"),
+        "--etcd-user".into(),
+        user.into(),
+        "--etcd-password-file".into(),
+        f(&format!("{user}.password")),
+    ]
+}
+
+/// The same credentials as the cluster crate takes them.
+pub fn etcd_auth(dir: &Path, user: &str) -> pontoon_cluster::EtcdAuth {
+    let flags = etcd_flags(dir, user);
+    let get = |flag: &str| {
+        flags
+            .iter()
+            .position(|f| f == flag)
+            .map(|i| flags[i + 1].clone())
+    };
+    pontoon_cluster::EtcdAuth {
+        ca_file: get("--etcd-ca-file").map(PathBuf::from),
+        cert_file: get("--etcd-cert-file").map(PathBuf::from),
+        key_file: get("--etcd-key-file").map(PathBuf::from),
+        user: get("--etcd-user"),
+        password: None,
+        password_file: get("--etcd-password-file").map(PathBuf::from),
+    }
+}
+
 /// A free loopback TCP port below Linux's ephemeral range (32768 up), so
 /// the ports `pontoon up` picks for etcd cannot take it before the
 /// gateway listens on it.
