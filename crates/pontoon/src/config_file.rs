@@ -1270,7 +1270,7 @@ listen = "0.0.0.0:10809"
         assert_eq!(cfg.file_value("nbd.tls"), Some("require"));
         assert_eq!(
             cfg.file_value(NBD_EXPORTS_TABLE),
-            Some("alice=vm1,fast/*;*=shared")
+            Some("*=shared;alice=vm1,fast/*")
         );
         for bad in [
             "[nbd]\ntls = \"maybe\"\n",
