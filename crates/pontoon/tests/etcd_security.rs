@@ -422,6 +422,32 @@ fn etcd_refuses_strangers_and_confines_daemons_while_honest_io_continues() {
         &f("admin.password"),
     ]);
     assert!(r.success(), "status as admin by flags: {}", r.report());
+    // The same credentials from the configuration file, as a node's
+    // /etc/pontoon/pontoon.toml gives them to its daemons and the CLI.
+    let toml = dir.join("node.toml");
+    std::fs::write(
+        &toml,
+        format!(
+            "[etcd]\nendpoints = [{https:?}]\nca_file = {:?}\ncert_file = {:?}\n\
+             key_file = {:?}\nuser = \"admin\"\npassword_file = {:?}\n",
+            f("ca.pem"),
+            f("client.pem"),
+            f("client.key"),
+            f("admin.password"),
+        ),
+    )
+    .unwrap();
+    let mut cmd = Command::new(PONTOON);
+    cmd.args(["status"])
+        .env_remove("PONTOON_CLUSTER")
+        .env_remove("PONTOON_ETCD")
+        .env("PONTOON_CONFIG", &toml);
+    let r = run(&mut cmd, Duration::from_secs(30));
+    assert!(
+        r.success(),
+        "status as admin by pontoon.toml: {}",
+        r.report()
+    );
 
     // 5. A daemon's user: its prefix served, nothing outside it.
     let osd_pw = std::fs::read_to_string(pki.join("osd.password")).unwrap();
