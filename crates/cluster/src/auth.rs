@@ -488,24 +488,8 @@ pub fn now_unix() -> u64 {
 
 /// Unix seconds as `2026-11-26T12:00:00Z`.
 pub fn format_unix(secs: u64) -> String {
-    let days = secs / 86_400;
-    let rem = secs % 86_400;
-    // Civil from days (Howard Hinnant's algorithm).
-    let z = days as i64 + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    format!(
-        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
-        rem / 3600,
-        rem / 60 % 60,
-        rem % 60
-    )
+    let (y, m, d, h, min, sec) = pontoon_types::civil_time(secs);
+    format!("{y:04}-{m:02}-{d:02}T{h:02}:{min:02}:{sec:02}Z")
 }
 
 impl ClusterMap {

@@ -178,6 +178,23 @@ pub fn parse_size(s: &str) -> Option<u64> {
     Some(v as u64)
 }
 
+/// UTC calendar time of a Unix time in seconds: (year, month 1-12, day
+/// 1-31, hour, minute, second), by H. Hinnant's days-to-civil algorithm.
+pub fn civil_time(unix_secs: u64) -> (i64, u32, u32, u32, u32, u32) {
+    let days = (unix_secs / 86_400) as i64;
+    let rem = (unix_secs % 86_400) as u32;
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    (y, m, d, rem / 3600, rem / 60 % 60, rem % 60)
+}
+
 /// Formats a byte count with a binary unit, e.g. `1.50 GiB`.
 pub fn format_size(bytes: u64) -> String {
     const UNITS: [&str; 6] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
@@ -197,6 +214,14 @@ pub fn format_size(bytes: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn civil_time_matches_the_calendar() {
+        assert_eq!(civil_time(0), (1970, 1, 1, 0, 0, 0));
+        assert_eq!(civil_time(951_782_400), (2000, 2, 29, 0, 0, 0));
+        assert_eq!(civil_time(1_795_000_000), (2026, 11, 18, 11, 6, 40));
+        assert_eq!(civil_time(4_102_444_799), (2099, 12, 31, 23, 59, 59));
+    }
 
     #[test]
     fn versions_order_by_epoch_then_seq() {
