@@ -60,9 +60,15 @@ fn unknown_option_gets_err_unsup_and_negotiation_continues() {
     let mut expected = Vec::new();
     encode_option_reply(&mut expected, 0x4242, REP_ERR_UNSUP, b"unsupported option");
     assert_eq!(c.read_n(expected.len()), expected);
-    // STARTTLS is refused the same way (this server has no TLS).
+    // STARTTLS is refused by policy (this server has no TLS configured).
     let r = c.option(OPT_STARTTLS, &[]);
-    assert_eq!(r, vec![(REP_ERR_UNSUP, b"TLS is not supported".to_vec())]);
+    assert_eq!(
+        r,
+        vec![(
+            REP_ERR_POLICY,
+            b"TLS is not enabled on this server".to_vec()
+        )]
+    );
     // The session is still usable.
     let (size, _) = c.go("vol", true);
     assert_eq!(size, VOL);

@@ -188,6 +188,11 @@ impl Testbed {
             self.etcd_endpoints(),
             "--cluster-name".into(),
             CLUSTER_NAME.into(),
+            // Plain NBD on a namespace address that is not loopback: the
+            // testbed's network exists only inside the test.
+            "--tls".into(),
+            "off".into(),
+            "--insecure".into(),
         ];
         host.spawn(&format!("nbd.{}", host.name()), pontoon_bin(), args)
     }
