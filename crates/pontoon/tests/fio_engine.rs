@@ -76,15 +76,6 @@ fn build_engine() -> PathBuf {
     so
 }
 
-fn tempdir(prefix: &str) -> (tempfile::TempDir, PathBuf) {
-    let tmp = tempfile::Builder::new()
-        .prefix(prefix)
-        .tempdir()
-        .expect("tempdir");
-    let dir = tmp.path().canonicalize().expect("canonical tempdir");
-    (tmp, dir)
-}
-
 /// fio with the engine, the cluster not found from the environment unless
 /// the caller says so, and fio's files (none expected) kept in `cwd`.
 fn fio_engine(engine: &Path, cwd: &Path) -> Command {

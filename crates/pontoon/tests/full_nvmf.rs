@@ -90,15 +90,6 @@ log "FULLTEST-DONE"
 exit 0
 "#;
 
-fn tempdir(prefix: &str) -> (tempfile::TempDir, PathBuf) {
-    let tmp = tempfile::Builder::new()
-        .prefix(prefix)
-        .tempdir()
-        .expect("tempdir");
-    let dir = tmp.path().canonicalize().expect("canonical tempdir");
-    (tmp, dir)
-}
-
 /// The OSDs of `pontoon df --json`.
 fn osds(df: &Value) -> Vec<Value> {
     df["osds"].as_array().cloned().unwrap_or_default()

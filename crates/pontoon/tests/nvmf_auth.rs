@@ -32,7 +32,7 @@ mod common;
 use common::*;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use pontoon_nvmf::auth::{DhchapSecret, HostAuthError, HostCredentials};
@@ -117,15 +117,6 @@ log "AUTHTEST-DONE"
 exit 0
 "#;
 
-fn tempdir(prefix: &str) -> (tempfile::TempDir, PathBuf) {
-    let tmp = tempfile::Builder::new()
-        .prefix(prefix)
-        .tempdir()
-        .expect("tempdir");
-    let dir = tmp.path().canonicalize().expect("canonical tempdir");
-    (tmp, dir)
-}
-
 /// `nvme gen-dhchap-key -m 1 -n NQN` (nvme-cli; scripts/deps.sh installs it).
 fn gen_key(nqn: &str) -> String {
     let out = Command::new("nvme")
@@ -164,31 +155,6 @@ fn text_files(dir: &Path, out: &mut Vec<PathBuf>) {
             out.push(p);
         }
     }
-}
-
-/// `pontoon ARGS --cluster DIR` with `env` added (bounded like [`pontoon`]).
-fn pontoon_env(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> std::process::Output {
-    let mut child = Command::new(PONTOON)
-        .args(args)
-        .arg("--cluster")
-        .arg(dir)
-        .env_remove("PONTOON_CLUSTER")
-        .env_remove("PONTOON_ETCD")
-        .envs(env.iter().copied())
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("run pontoon");
-    let deadline = Instant::now() + COMMAND_TIMEOUT;
-    while child.try_wait().expect("wait").is_none() {
-        if Instant::now() >= deadline {
-            let _ = child.kill();
-            panic!("pontoon {args:?} took longer than {COMMAND_TIMEOUT:?}");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    child.wait_with_output().expect("collect output")
 }
 
 #[test]

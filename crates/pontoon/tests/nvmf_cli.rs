@@ -14,7 +14,7 @@ mod common;
 use common::*;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use pontoon_nvmf::initiator::{self, Controller};
@@ -32,15 +32,6 @@ fn fails_with(dir: &Path, args: &[&str], wants: &[&str]) {
     for w in wants {
         assert!(e.contains(w), "{args:?}: {e:?} does not mention {w:?}");
     }
-}
-
-fn tempdir(prefix: &str) -> (tempfile::TempDir, PathBuf) {
-    let tmp = tempfile::Builder::new()
-        .prefix(prefix)
-        .tempdir()
-        .expect("tempdir");
-    let dir = tmp.path().canonicalize().expect("canonical tempdir");
-    (tmp, dir)
 }
 
 #[test]

@@ -257,15 +257,6 @@ fn acting_sets(dir: &Path) -> Vec<(String, Value)> {
         .collect()
 }
 
-fn tempdir(prefix: &str) -> (tempfile::TempDir, PathBuf) {
-    let tmp = tempfile::Builder::new()
-        .prefix(prefix)
-        .tempdir()
-        .expect("tempdir");
-    let dir = tmp.path().canonicalize().expect("canonical tempdir");
-    (tmp, dir)
-}
-
 #[test]
 fn devices_are_refused_unless_forced_and_an_osd_keeps_its_id_across_restarts() {
     let started = Instant::now();

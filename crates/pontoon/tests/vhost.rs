@@ -16,7 +16,7 @@ mod common;
 
 use common::*;
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -83,15 +83,6 @@ impl Drop for Vhost {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
-}
-
-fn tempdir(prefix: &str) -> (tempfile::TempDir, PathBuf) {
-    let tmp = tempfile::Builder::new()
-        .prefix(prefix)
-        .tempdir()
-        .expect("tempdir");
-    let dir = tmp.path().canonicalize().expect("canonical tempdir");
-    (tmp, dir)
 }
 
 /// A size-3 pool `p` and its volumes.

@@ -267,15 +267,6 @@ fn responsive(run: &mut Run, fe: &mut VhostFrontend, after: &str, seed: u64) {
     }
 }
 
-fn tempdir(prefix: &str) -> (tempfile::TempDir, PathBuf) {
-    let tmp = tempfile::Builder::new()
-        .prefix(prefix)
-        .tempdir()
-        .expect("tempdir");
-    let dir = tmp.path().canonicalize().expect("canonical tempdir");
-    (tmp, dir)
-}
-
 #[test]
 fn vhost_backend_survives_malformed_descriptors() {
     let started = Instant::now();

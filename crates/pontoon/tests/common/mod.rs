@@ -42,14 +42,31 @@ pub fn read_pid(path: &Path) -> Option<u32> {
     std::fs::read_to_string(path).ok()?.trim().parse().ok()
 }
 
+/// A temporary directory whose path is canonical (no symlinks), for
+/// comparing with paths the daemons print; removed when dropped.
+pub fn tempdir(prefix: &str) -> (tempfile::TempDir, PathBuf) {
+    let tmp = tempfile::Builder::new()
+        .prefix(prefix)
+        .tempdir()
+        .expect("tempdir");
+    let dir = tmp.path().canonicalize().expect("canonical tempdir");
+    (tmp, dir)
+}
+
 /// Runs `pontoon ARGS --cluster DIR` (bounded), returning its output.
 pub fn pontoon(dir: &Path, args: &[&str]) -> Output {
+    pontoon_env(dir, args, &[])
+}
+
+/// [`pontoon`] with extra environment variables.
+pub fn pontoon_env(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Output {
     let mut child = Command::new(PONTOON)
         .args(args)
         .arg("--cluster")
         .arg(dir)
         .env_remove("PONTOON_CLUSTER")
         .env_remove("PONTOON_ETCD")
+        .envs(env.iter().copied())
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
