@@ -140,6 +140,13 @@ CARGO_ARGS=(--profile "$PROFILE"); [ "$PROFILE" = release ] && CARGO_ARGS=(--rel
 # Every library of the workspace, not `-p pontoon-capi`: that would resolve
 # the dependencies' features differently from the workspace build the suite
 # has just made and compile a second copy of them.
+# Run from a test, the environment holds the variables cargo sets for a
+# test process; ring's build script reruns when CARGO_MANIFEST_DIR changes,
+# so with them every library depending on ring was rebuilt (2-4 minutes of
+# the suite, and the workspace build invalidated).
+for v in $(compgen -e | grep -E '^(CARGO_(MANIFEST_DIR|MANIFEST_PATH|PKG_[A-Z_]+|CRATE_NAME|PRIMARY_PACKAGE|TARGET_TMPDIR|BIN_NAME|BIN_EXE_[A-Za-z0-9_-]+)|OUT_DIR)$'); do
+	unset "$v"
+done
 cargo build "${CARGO_ARGS[@]}" --workspace --lib >&2
 [ -f "$OUT/libpontoon.so" ] || { log "cargo did not produce $OUT/libpontoon.so"; exit 1; }
 ENGINE_SRC=$ROOT/crates/capi/fio/pontoon_engine.c
