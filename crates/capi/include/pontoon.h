@@ -38,6 +38,9 @@
  *                inactive, OSDs unreachable); or etcd gave no answer
  *   -EHOSTUNREACH  etcd could not be reached (pontoon_connect)
  *   -EPROTO      an OSD broke the protocol
+ *   -EACCES      the cluster refused this client's key (unknown, revoked,
+ *                rotated out; or none given while ms_mode needs one), or
+ *                its caps do not allow the request
  *   -EPERM       the calling thread does not own the context
  *
  * DURABILITY. A write completes only once every replica has it durable,

@@ -44,6 +44,7 @@ pub(crate) fn client_errno(e: &ClientError) -> i32 {
         ClientError::Checksum(_) | ClientError::Io(_) => libc::EIO,
         ClientError::Timeout { .. } => libc::ETIMEDOUT,
         ClientError::Protocol(_) => libc::EPROTO,
+        ClientError::PermissionDenied(_) => libc::EACCES,
         ClientError::Cluster(m) => cluster_errno(m),
     }
 }
@@ -76,6 +77,7 @@ impl From<VolumeError> for Fail {
             VolumeError::InvalidArgument(_) => libc::EINVAL,
             VolumeError::NoSpace(_) => libc::ENOSPC,
             VolumeError::ReadOnly => libc::EROFS,
+            VolumeError::PermissionDenied(_) => libc::EACCES,
             VolumeError::Unavailable(_) => libc::ETIMEDOUT,
             VolumeError::DataLoss(_) | VolumeError::Io(_) => libc::EIO,
         };

@@ -33,7 +33,7 @@ use std::rc::Rc;
 use std::sync::Arc;
 
 pub use catalog::ClusterCatalog;
-pub use map_feed::{LocalMap, MapFeed};
+pub use map_feed::{ClientIdentity, LocalMap, MapFeed};
 pub use object_io::{CustomWire, Transport, Wire};
 pub use volume::Volume;
 
@@ -73,6 +73,10 @@ pub enum ClientError {
     /// The cluster map could not be loaded.
     #[error("cluster map: {0}")]
     Cluster(String),
+    /// The OSDs refused this client's identity, or its caps do not allow
+    /// the operation.
+    #[error("permission denied: {0}")]
+    PermissionDenied(String),
 }
 
 impl ClientError {
@@ -83,6 +87,7 @@ impl ClientError {
             Status::InvalidArgument => Self::InvalidArgument(m),
             Status::Checksum => Self::Checksum(m),
             Status::Malformed => Self::Protocol(m),
+            Status::PermissionDenied => Self::PermissionDenied(m),
             _ => Self::Io(format!("{:?}: {m}", r.status)),
         }
     }
@@ -94,6 +99,7 @@ impl From<ClientError> for VolumeError {
             ClientError::InvalidArgument(m) => VolumeError::InvalidArgument(m),
             ClientError::NoSpace(m) => VolumeError::NoSpace(m),
             ClientError::Checksum(m) => VolumeError::DataLoss(m),
+            ClientError::PermissionDenied(m) => VolumeError::PermissionDenied(m),
             e @ (ClientError::Timeout { .. } | ClientError::Cluster(_)) => {
                 VolumeError::Unavailable(e.to_string())
             }

@@ -12,9 +12,32 @@ use pontoon_cluster::{ClusterMap, EtcdAuth, MapStore};
 
 use crate::ClientError;
 
+/// Who a process's clients are to the OSDs: an entity (`client.NAME`,
+/// `gateway.NAME`) and its key, from its keyring. Needed when the
+/// cluster's `ms_mode` is not `none`.
+#[derive(Clone)]
+pub struct ClientIdentity {
+    /// The entity.
+    pub entity: String,
+    /// Its key.
+    pub key: [u8; 32],
+}
+
+impl std::fmt::Debug for ClientIdentity {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClientIdentity")
+            .field("entity", &self.entity)
+            .finish_non_exhaustive()
+    }
+}
+
 /// The newest map a process has seen, published by one feeder (an etcd
 /// watch, or a test) and read by any thread.
 pub struct MapFeed {
+    /// The identity, and how often it was set (threads compare the count
+    /// and reread only when it moved).
+    identity: Mutex<Option<Arc<ClientIdentity>>>,
+    identity_generation: AtomicU64,
     epoch: AtomicU64,
     map: Mutex<Arc<ClusterMap>>,
     /// Signalled (with `map`'s lock) on every publish, for control-plane
@@ -28,6 +51,8 @@ impl MapFeed {
     /// A feed holding `map`, updated only through [`MapFeed::publish`].
     pub fn fixed(map: ClusterMap) -> Arc<Self> {
         Arc::new(Self {
+            identity: Mutex::new(None),
+            identity_generation: AtomicU64::new(0),
             epoch: AtomicU64::new(map.epoch.0),
             map: Mutex::new(Arc::new(map)),
             changed: Condvar::new(),
@@ -62,6 +87,8 @@ impl MapFeed {
             .map_err(|e| ClientError::Cluster(e.to_string()))?;
         let first = rx.borrow_and_update().clone();
         let feed = Arc::new(Self {
+            identity: Mutex::new(None),
+            identity_generation: AtomicU64::new(0),
             epoch: AtomicU64::new(first.epoch.0),
             map: Mutex::new(first),
             changed: Condvar::new(),
@@ -92,6 +119,26 @@ impl MapFeed {
             .map_err(|e| ClientError::Cluster(format!("starting the map watcher: {e}")))?;
         *feed.watcher.lock().unwrap_or_else(|p| p.into_inner()) = Some(handle);
         Ok(feed)
+    }
+
+    /// Sets who this process's clients are (a new key after a rotation
+    /// too): connections made from now on use it, open ones are kept.
+    pub fn set_identity(&self, identity: ClientIdentity) {
+        *self.identity.lock().unwrap_or_else(|p| p.into_inner()) = Some(Arc::new(identity));
+        self.identity_generation.fetch_add(1, Ordering::Release);
+    }
+
+    /// How many times the identity was set (0: never).
+    pub fn identity_generation(&self) -> u64 {
+        self.identity_generation.load(Ordering::Acquire)
+    }
+
+    /// The identity, if one was set.
+    pub fn identity(&self) -> Option<Arc<ClientIdentity>> {
+        self.identity
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
     }
 
     /// Publishes a newer map (older epochs are ignored).

@@ -2,6 +2,7 @@
 //! across map changes, peering and recovery until it succeeds, fails for
 //! good, or its deadline passes.
 
+use std::cell::Cell;
 use std::net::SocketAddr;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
@@ -10,9 +11,9 @@ use futures::future::LocalBoxFuture;
 
 use pontoon_buf::AlignedBuf;
 use pontoon_cluster::ClusterMap;
-use pontoon_net::{ConnPool, KeepWaiting, NetError};
+use pontoon_net::{AuthError, ClientAuth, ConnPool, KeepWaiting, Key, NetError};
 use pontoon_proto::{Message, Reply, Role, Status, Target};
-use pontoon_types::ObjectId;
+use pontoon_types::{ObjectId, WireMode};
 
 use crate::ClientError;
 use crate::map_feed::LocalMap;
@@ -28,6 +29,10 @@ const REROUTE_CHECK: Duration = Duration::from_secs(1);
 /// First and longest pause between attempts.
 const BACKOFF_MIN: Duration = Duration::from_millis(5);
 const BACKOFF_MAX: Duration = Duration::from_millis(500);
+/// How long OSDs may go on refusing this client's key before a request
+/// fails with [`ClientError::PermissionDenied`] (an entity just added or
+/// a key just rotated reaches every OSD with the next map, within this).
+const AUTH_SETTLE: Duration = Duration::from_secs(3);
 
 /// What a thread's requests share: the map view and the connections.
 pub struct Transport {
@@ -35,6 +40,9 @@ pub struct Transport {
     pub map: LocalMap,
     /// How requests reach OSD shards.
     pub wire: Wire,
+    /// The mode and identity generation the TCP pool's credentials were
+    /// made for.
+    creds: Cell<(WireMode, u64)>,
 }
 
 /// A request/answer exchange with an OSD shard that is not a TCP
@@ -103,7 +111,41 @@ impl Transport {
 
     /// A transport over `map` and `wire`.
     pub fn with_wire(map: LocalMap, wire: Wire) -> Rc<Self> {
-        Rc::new(Self { map, wire })
+        Rc::new(Self {
+            map,
+            wire,
+            creds: Cell::new((WireMode::None, 0)),
+        })
+    }
+
+    /// Brings the pool's credentials in line with the map's mode and the
+    /// process's identity (a compare per request; work only when either
+    /// moved). Refuses when the mode needs a key and there is none.
+    fn credentials(&self, map: &ClusterMap) -> Result<(), ClientError> {
+        let Wire::Tcp(pool) = &self.wire else {
+            return Ok(());
+        };
+        let feed = self.map.feed();
+        let want = (map.settings.ms_mode, feed.identity_generation());
+        if self.creds.get() == want {
+            return Ok(());
+        }
+        let auth = match (want.0, feed.identity()) {
+            (mode, Some(id)) => ClientAuth::new(mode, &id.entity, Key::from_bytes(id.key)),
+            (WireMode::None, None) => {
+                ClientAuth::new(WireMode::None, "client.anonymous", Key::from_bytes([0; 32]))
+            }
+            (mode, None) => {
+                return Err(ClientError::PermissionDenied(format!(
+                    "the cluster's ms_mode is {mode}: this client needs an entity and its key \
+                     (a keyring: --keyring FILE / --name ENTITY, or the cluster directory's keys/)"
+                )));
+            }
+        }
+        .map_err(|e| ClientError::PermissionDenied(e.to_string()))?;
+        pool.set_auth(auth);
+        self.creds.set(want);
+        Ok(())
     }
 
     /// Sends the request `make(target)` about `oid` to its primary (with
@@ -118,8 +160,10 @@ impl Transport {
         let deadline = pontoon_rt::now() + OP_TIMEOUT;
         let mut backoff = BACKOFF_MIN;
         let mut last: String;
+        let mut refused_since: Option<Instant> = None;
         loop {
             let map = self.map.get();
+            self.credentials(&map)?;
             match route(&map, oid) {
                 Ok((target, addr)) => {
                     let msg = make(target);
@@ -157,6 +201,17 @@ impl Transport {
                         // The pool has dropped a connection that failed; a
                         // timed-out one stays, so the retry follows the
                         // first attempt on it, in order.
+                        Err(NetError::Auth(
+                            e @ (AuthError::UnknownEntity(_) | AuthError::BadProof(_)),
+                        )) => {
+                            let since = *refused_since.get_or_insert_with(pontoon_rt::now);
+                            if pontoon_rt::now().saturating_duration_since(since) >= AUTH_SETTLE {
+                                return Err(ClientError::PermissionDenied(format!("{addr}: {e}")));
+                            }
+                            // the OSD's map may lag ours (an entity just
+                            // added): retry with the backoff below
+                            last = format!("{addr}: {e}");
+                        }
                         Err(e) => last = format!("{addr}: {e}"),
                     }
                 }

@@ -537,6 +537,35 @@ pub fn lookup(map: &ClusterMap, entity: &str) -> Result<Credentials, AuthError> 
         .ok_or_else(|| AuthError::UnknownEntity(name.to_string()))
 }
 
+/// Whether `map` can run its binary protocol in a protected mode: every
+/// registered OSD needs a key to reach its peers, and some entity must
+/// hold `allow *` so the cluster can still be managed. The error names
+/// what is missing and how to add it.
+pub fn check_protected_mode(map: &ClusterMap) -> Result<(), String> {
+    let now = now_unix();
+    let keyless: Vec<String> = map
+        .osds
+        .keys()
+        .map(|id| EntityName::osd(id.0))
+        .filter(|e| map.credentials(e, now).is_none_or(|c| c.keys.is_empty()))
+        .map(|e| e.to_string())
+        .collect();
+    if !keyless.is_empty() {
+        return Err(format!(
+            "{} {} no key: add {} with `pontoon auth add osd.N allow profile osd` first",
+            keyless.join(", "),
+            if keyless.len() == 1 { "has" } else { "have" },
+            if keyless.len() == 1 { "it" } else { "them" },
+        ));
+    }
+    if !map.auth.values().any(|r| r.caps.is_admin()) {
+        return Err(format!(
+            "no entity holds `allow *`: add an admin first (`pontoon auth add {ADMIN_ENTITY} allow *`)"
+        ));
+    }
+    Ok(())
+}
+
 /// The auth table of a map: entity → record.
 pub type AuthTable = BTreeMap<EntityName, AuthRecord>;
 

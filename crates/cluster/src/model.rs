@@ -165,6 +165,25 @@ pub struct ClusterSettings {
     /// minimum in ratio and the recovery throttles (see [`crate::osd_admin`]).
     #[serde(default)]
     pub osd: crate::osd_admin::OsdSettings,
+    /// How the binary protocol's connections authenticate and protect
+    /// their frames (`ms_mode`: none, authenticated or secure).
+    #[serde(default, with = "wire_mode_text")]
+    pub ms_mode: pontoon_types::WireMode,
+}
+
+/// A [`pontoon_types::WireMode`] as its name in the map's JSON.
+mod wire_mode_text {
+    use pontoon_types::WireMode;
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(m: &WireMode, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(m.as_str())
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<WireMode, D::Error> {
+        let text = String::deserialize(d)?;
+        text.parse().map_err(serde::de::Error::custom)
+    }
 }
 
 impl Default for ClusterSettings {
@@ -174,6 +193,7 @@ impl Default for ClusterSettings {
             deep_scrub_interval_secs: default_deep_scrub_interval(),
             balancer: Default::default(),
             osd: Default::default(),
+            ms_mode: Default::default(),
         }
     }
 }

@@ -9,10 +9,10 @@ use std::fmt;
 use std::str::FromStr;
 use std::time::Duration;
 
-use crate::ClusterSettings;
 use crate::osd_admin::{
     DEFAULT_OUT_AFTER_SECS, MAX_OUT_AFTER_SECS, MAX_RECOVERY_MAX_ACTIVE, MAX_RECOVERY_SLEEP_MS,
 };
+use crate::{ClusterMap, ClusterSettings};
 
 /// Longest deep-scrub interval that may be set (a year).
 pub const MAX_DEEP_SCRUB_INTERVAL_SECS: u64 = 365 * 86_400;
@@ -36,6 +36,8 @@ pub enum ConfigKey {
     FullRatio,
     /// How often every PG is deep-scrubbed.
     DeepScrubInterval,
+    /// How the binary protocol authenticates and protects its frames.
+    MsMode,
 }
 
 /// Why a setting could not be read or changed.
@@ -63,7 +65,7 @@ fn known_keys() -> String {
 
 impl ConfigKey {
     /// Every setting, in the order `config ls` lists them.
-    pub const ALL: [ConfigKey; 8] = [
+    pub const ALL: [ConfigKey; 9] = [
         ConfigKey::OutAfter,
         ConfigKey::MinInRatio,
         ConfigKey::RecoveryMaxActive,
@@ -72,6 +74,7 @@ impl ConfigKey {
         ConfigKey::BackfillfullRatio,
         ConfigKey::FullRatio,
         ConfigKey::DeepScrubInterval,
+        ConfigKey::MsMode,
     ];
 
     /// The setting's name, e.g. `out_after`.
@@ -85,6 +88,7 @@ impl ConfigKey {
             ConfigKey::BackfillfullRatio => "backfillfull_ratio",
             ConfigKey::FullRatio => "full_ratio",
             ConfigKey::DeepScrubInterval => "deep_scrub_interval",
+            ConfigKey::MsMode => "ms_mode",
         }
     }
 
@@ -99,6 +103,7 @@ impl ConfigKey {
             ConfigKey::BackfillfullRatio => "mon_osd_backfillfull_ratio",
             ConfigKey::FullRatio => "mon_osd_full_ratio",
             ConfigKey::DeepScrubInterval => "osd_deep_scrub_interval",
+            ConfigKey::MsMode => "ms_cluster_mode",
         }
     }
 
@@ -113,6 +118,9 @@ impl ConfigKey {
             ConfigKey::BackfillfullRatio => "fill above which recovery does not write to an OSD",
             ConfigKey::FullRatio => "fill at which writes needing new space are refused",
             ConfigKey::DeepScrubInterval => "deep-scrub every PG this often (0: on request only)",
+            ConfigKey::MsMode => {
+                "OSD connections: none, authenticated (keys, signed frames) or secure (encrypted)"
+            }
         }
     }
 
@@ -128,6 +136,7 @@ impl ConfigKey {
             ConfigKey::BackfillfullRatio => s.full_ratios.backfillfull.to_string(),
             ConfigKey::FullRatio => s.full_ratios.full.to_string(),
             ConfigKey::DeepScrubInterval => secs_text(s.deep_scrub_interval_secs),
+            ConfigKey::MsMode => s.ms_mode.to_string(),
         }
     }
 
@@ -204,10 +213,33 @@ impl ConfigKey {
                 next.deep_scrub_interval_secs =
                     whole_secs(text, MAX_DEEP_SCRUB_INTERVAL_SECS).map_err(bad)?;
             }
+            ConfigKey::MsMode => {
+                next.ms_mode = text.parse().map_err(|e| bad(format!("{e}")))?;
+            }
         }
         next.full_ratios.validate().map_err(bad)?;
         next.osd.validate().map_err(bad)?;
         *s = next;
+        Ok(())
+    }
+}
+
+impl ConfigKey {
+    /// Sets (`Some`) or resets (`None`) the setting in `map`, checked
+    /// against the rest of the map too: a protected `ms_mode` needs a key
+    /// for every OSD and an admin, or the cluster could not talk to itself
+    /// nor be managed. What `config set|rm` and the REST API call.
+    pub fn apply(self, map: &mut ClusterMap, text: Option<&str>) -> Result<(), ConfigError> {
+        let mut next = map.settings.clone();
+        match text {
+            Some(t) => self.set(&mut next, t)?,
+            None => self.reset(&mut next)?,
+        }
+        if self == ConfigKey::MsMode && next.ms_mode.is_protected() {
+            crate::auth::check_protected_mode(map)
+                .map_err(|reason| ConfigError::BadValue { key: self, reason })?;
+        }
+        map.settings = next;
         Ok(())
     }
 }

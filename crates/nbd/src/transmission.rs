@@ -55,7 +55,7 @@ pub fn errno_of(e: &VolumeError) -> Errno {
     match e {
         VolumeError::InvalidArgument(_) => Errno::EINVAL,
         VolumeError::NoSpace(_) => Errno::ENOSPC,
-        VolumeError::ReadOnly => Errno::EPERM,
+        VolumeError::ReadOnly | VolumeError::PermissionDenied(_) => Errno::EPERM,
         VolumeError::Unavailable(_) | VolumeError::DataLoss(_) | VolumeError::Io(_) => Errno::EIO,
     }
 }

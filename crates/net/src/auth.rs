@@ -48,13 +48,13 @@
 
 use std::any::Any;
 use std::fmt;
-use std::str::FromStr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 use pontoon_proto::handshake::{MAX_ENTITY_LEN, NONCE_LEN, PROOF_LEN, role_bytes, session_bytes};
 use pontoon_proto::{AuthHello, PROTOCOL_VERSION, Role, Session};
 use pontoon_types::OsdId;
+pub use pontoon_types::WireMode;
 use ring::{hkdf, hmac};
 
 use crate::seal::{Protect, ct_eq};
@@ -64,66 +64,6 @@ pub const KEY_LEN: usize = 32;
 /// Most keys of one entity tried against a proof (the current key and, in
 /// a rotation, the previous one; a little slack).
 pub const MAX_KEYS_TRIED: usize = 4;
-
-/// How frames travel after the handshake. One setting per cluster.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-pub enum WireMode {
-    /// No authentication, no protection (today's protocol).
-    #[default]
-    None,
-    /// Mutual authentication; every frame integrity-protected, in the clear.
-    Authenticated,
-    /// Mutual authentication; every frame encrypted and integrity-protected.
-    Secure,
-}
-
-impl WireMode {
-    /// The number the handshake carries.
-    pub fn code(self) -> u8 {
-        match self {
-            WireMode::None => 0,
-            WireMode::Authenticated => 1,
-            WireMode::Secure => 2,
-        }
-    }
-
-    /// The mode of a handshake number.
-    pub fn from_code(code: u8) -> Option<Self> {
-        match code {
-            0 => Some(WireMode::None),
-            1 => Some(WireMode::Authenticated),
-            2 => Some(WireMode::Secure),
-            _ => None,
-        }
-    }
-
-    /// The name operators use: `none`, `authenticated`, `secure`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            WireMode::None => "none",
-            WireMode::Authenticated => "authenticated",
-            WireMode::Secure => "secure",
-        }
-    }
-}
-
-impl fmt::Display for WireMode {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-impl FromStr for WireMode {
-    type Err = AuthError;
-    fn from_str(s: &str) -> Result<Self, AuthError> {
-        match s {
-            "none" => Ok(WireMode::None),
-            "authenticated" => Ok(WireMode::Authenticated),
-            "secure" => Ok(WireMode::Secure),
-            other => Err(AuthError::BadMode(other.chars().take(32).collect())),
-        }
-    }
-}
 
 /// A 256-bit secret. `Debug` never prints it; dropping it overwrites it.
 #[derive(Clone, PartialEq, Eq)]
@@ -441,9 +381,6 @@ pub enum AuthError {
         /// What is wrong with it.
         why: &'static str,
     },
-    /// A mode name that is not `none`, `authenticated` or `secure`.
-    #[error("unknown wire mode {0:?}: expected none, authenticated or secure")]
-    BadMode(String),
     /// The server could not prove it holds the client's key.
     #[error(
         "the server {0} failed to prove it holds our key: it is not part of the cluster, or holds another key for us"

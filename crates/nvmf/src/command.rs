@@ -229,6 +229,13 @@ impl Status {
     };
     /// Namespace is Write Protected.
     pub const WRITE_PROTECTED: Status = Status::generic(0x20);
+    /// Access Denied (media and data integrity errors): the cluster
+    /// refused the gateway's identity or caps.
+    pub const ACCESS_DENIED: Status = Status {
+        sct: sct::MEDIA,
+        sc: 0x86,
+        dnr: true,
+    };
     /// Unrecovered Read Error.
     pub const UNRECOVERED_READ: Status = Status {
         sct: sct::MEDIA,

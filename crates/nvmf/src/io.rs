@@ -36,6 +36,7 @@ pub(crate) fn status_of(e: &VolumeError) -> Status {
         VolumeError::InvalidArgument(_) => Status::INVALID_FIELD,
         VolumeError::NoSpace(_) => Status::CAPACITY_EXCEEDED,
         VolumeError::ReadOnly => Status::WRITE_PROTECTED,
+        VolumeError::PermissionDenied(_) => Status::ACCESS_DENIED,
         VolumeError::Unavailable(_) => Status::NAMESPACE_NOT_READY,
         VolumeError::DataLoss(_) => Status::UNRECOVERED_READ,
         VolumeError::Io(_) => Status {

@@ -18,10 +18,11 @@ use futures::channel::{mpsc, oneshot};
 use pontoon_cluster::{
     ClusterMap, MapStore, OsdLease, OsdReport, PgReport, PgScrubReport, PgState,
 };
-use pontoon_net::Limits;
+use pontoon_net::{Limits, ServerAuth};
 use pontoon_store::{FileDevice, Store};
 use pontoon_types::{Epoch, OsdId};
 
+use crate::access::MapKeys;
 use crate::control::{self, Exit, MapSource, ShardSet};
 use crate::deadline::LeaseDeadline;
 use crate::map::ShardMap;
@@ -285,15 +286,56 @@ fn start_shard(cfg: &OsdConfig, index: u32, slices: u32) -> Result<ShardThread, 
                     shard_deadline,
                     shard_metrics,
                 );
-                let server = compio::runtime::spawn(pontoon_net::serve(
+                // Nothing is served before the first map: it says which
+                // wire mode to accept and whose keys.
+                let keys = MapKeys::default();
+                let auth = loop {
+                    match rx.next().await {
+                        Some(Cmd::Map(m)) => {
+                            *keys.0.borrow_mut() = m.access.clone();
+                            let mode = m.access.mode;
+                            let m = Rc::new((*m).clone());
+                            shard.peers().set_map(m.clone());
+                            shard.apply_map(m);
+                            match ServerAuth::new(mode, &me.to_string(), Rc::new(keys.clone())) {
+                                Ok(a) => break Rc::new(a),
+                                Err(e) => {
+                                    tracing::error!(shard = index, "server auth: {e}");
+                                    let _ = store.close().await;
+                                    return;
+                                }
+                            }
+                        }
+                        Some(Cmd::Report(reply)) => {
+                            let _ = reply.send(shard.report());
+                        }
+                        Some(Cmd::Stop) | None => {
+                            let _ = store.close().await;
+                            return;
+                        }
+                        Some(Cmd::Start(_)) => {}
+                    }
+                };
+                let server = compio::runtime::spawn(pontoon_net::serve_auth(
                     listener,
                     shard.clone(),
                     Limits::default(),
+                    auth.clone(),
                 ));
                 shard.start_heartbeats();
                 while let Some(cmd) = rx.next().await {
                     match cmd {
                         Cmd::Map(m) => {
+                            *keys.0.borrow_mut() = m.access.clone();
+                            if auth.mode() != m.access.mode {
+                                tracing::info!(
+                                    shard = index,
+                                    "wire mode {} -> {} for new connections",
+                                    auth.mode(),
+                                    m.access.mode
+                                );
+                                auth.set_mode(m.access.mode);
+                            }
                             let m = Rc::new((*m).clone());
                             shard.peers().set_map(m.clone());
                             shard.apply_map(m);

@@ -15,6 +15,7 @@
 //! The PG logic talks to other OSDs only through [`Peers`], so the
 //! deterministic simulator can run it unchanged.
 
+pub mod access;
 mod client_ops;
 pub mod control;
 pub mod daemon;

@@ -75,6 +75,8 @@ pub struct ShardMap {
     pub deep_scrub_interval: Duration,
     /// Recovery's throttles and the flags that pause it.
     pub recovery: RecoveryControl,
+    /// The cluster's wire mode, entities, keys and caps.
+    pub access: std::sync::Arc<crate::access::AccessTable>,
 }
 
 /// What the map says of background recovery (and backfill, the same

@@ -43,6 +43,8 @@ pub struct ShardMetrics {
     scrub_inconsistent: LocalCounter,
     /// Objects scrub repaired.
     scrub_repaired: LocalCounter,
+    /// Requests refused for the peer's entity, key or caps.
+    denied: LocalCounter,
 }
 
 impl ShardMetrics {
@@ -87,6 +89,14 @@ impl ShardMetrics {
             self.subops.add(1);
             self.subop_bytes.add(bytes);
         }
+    }
+
+    /// A request was refused for its peer's entity, key or caps (counted
+    /// even with per-op metrics off: it is rare and an operator wants it).
+    /// Returns how many this shard has refused, this one included.
+    pub(crate) fn denied(&self) -> u64 {
+        self.denied.add(1);
+        self.denied.get()
     }
 
     /// Recovery of an object finished (`objects` is 0 or 1) after
@@ -163,6 +173,12 @@ pub fn add_osd_metrics(
         "Bytes of the replica sub-operations the OSD applied.",
         l(),
         sum(&|m| m.subop_bytes.get()),
+    );
+    e.counter(
+        "pontoon_osd_requests_denied_total",
+        "Requests the OSD refused because the peer's entity, key or caps did not allow them.",
+        l(),
+        sum(&|m| m.denied.get()),
     );
     e.counter(
         "pontoon_osd_recovery_objects_total",

@@ -50,6 +50,7 @@ pub const PEER_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// [`Peers`] over TCP, finding addresses in the current map.
 pub struct NetPeers {
+    me: OsdId,
     pool: Rc<ConnPool>,
     map: RefCell<Rc<ShardMap>>,
 }
@@ -58,14 +59,30 @@ impl NetPeers {
     /// Peers speaking as OSD `me`.
     pub fn new(me: OsdId) -> Self {
         Self {
+            me,
             pool: ConnPool::new(Role::Osd(me), Duration::from_secs(3)),
             map: RefCell::new(Rc::new(ShardMap::default())),
         }
     }
 
-    /// Uses `map` for addresses from now on.
+    /// Uses `map` for addresses, and its mode and this OSD's key in it for
+    /// connections, from now on (connections already open are kept).
     pub fn set_map(&self, map: Rc<ShardMap>) {
-        *self.map.borrow_mut() = map;
+        let old = std::mem::replace(&mut *self.map.borrow_mut(), map.clone());
+        if std::sync::Arc::ptr_eq(&old.access, &map.access) {
+            return;
+        }
+        match map.access.osd_credentials(self.me) {
+            Some(auth) => self.pool.set_auth(auth),
+            None => tracing::error!(
+                osd = %self.me,
+                mode = %map.access.mode,
+                "the cluster's wire mode needs a key for {} and the map holds none: \
+                 its peers will refuse it (pontoon auth add {} allow profile osd)",
+                self.me,
+                self.me
+            ),
+        }
     }
 
     /// Drops every connection (the OSD is stopping or fenced).

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use pontoon_buf::AlignedBuf;
 use pontoon_metrics::Op;
-use pontoon_net::{Frame, Handler};
+use pontoon_net::{Frame, Handler, Peer};
 use pontoon_proto::{Message, Reply, Role, Status};
 use pontoon_store::{BlockDevice, Store, StoreError, StoreStats, VolumeUsage};
 use pontoon_types::{Epoch, OsdId, PgId, VolumeId};
@@ -294,6 +294,31 @@ impl<D: BlockDevice + 'static, P: Peers> Shard<D, P> {
 }
 
 impl<D: BlockDevice + 'static, P: Peers> Handler for Shard<D, P> {
+    /// Checks the request against the peer's proven entity, its key and
+    /// caps in the current map ([`crate::access`]), then answers it.
+    async fn handle_from(
+        self: Rc<Self>,
+        peer: Rc<Peer>,
+        frame: Frame,
+    ) -> (Message, Option<AlignedBuf>) {
+        if peer.mode.is_protected() {
+            let map = self.map.borrow().clone();
+            if let Err(why) = map
+                .access
+                .authorize(&peer, &frame.msg, |id| map.addrs.contains_key(&id))
+            {
+                let n = self.metrics.denied();
+                // the first ten, then one in a thousand: a client looping
+                // on a refusal must not fill the disk with the log
+                if n <= 10 || n % 1000 == 0 {
+                    tracing::warn!(osd = %self.me, peer = ?peer.entity, refused = n, "refused: {why}");
+                }
+                return error(Status::PermissionDenied, map.epoch, why);
+            }
+        }
+        self.handle(peer.role, frame).await
+    }
+
     async fn handle(self: Rc<Self>, peer: Role, frame: Frame) -> (Message, Option<AlignedBuf>) {
         if matches!(frame.msg, Message::Ping) {
             return (

@@ -43,6 +43,7 @@ pub fn shard_map(map: &ClusterMap) -> ShardMap {
         norebalance: osd.has(OsdFlag::Norebalance),
     };
     m.alive.extend(map.alive.iter().copied());
+    m.access = std::sync::Arc::new(crate::access::AccessTable::of(map));
     for (id, pg) in &map.pgs {
         if let Some(r) = pg.scrub_request {
             m.scrub_requests.insert(*id, r);

@@ -18,8 +18,11 @@
 
 use std::path::{Path, PathBuf};
 
-use anyhow::{Result, anyhow};
+use std::sync::Arc;
+
+use anyhow::{Context as _, Result, anyhow};
 use clap::Args;
+use pontoon_client::MapFeed;
 use pontoon_client::locate::{self, LocateError};
 use pontoon_cluster::{EtcdAuth, MapStore};
 
@@ -46,6 +49,9 @@ pub struct ClusterArgs {
     /// etcd's TLS settings and user.
     #[command(flatten)]
     pub etcd_auth: EtcdAuthArgs,
+    /// Who this command is to the cluster (`--name`, `--keyring`).
+    #[command(flatten)]
+    pub identity: crate::cmd_auth::IdentityArgs,
 }
 
 /// How to reach a secured etcd: TLS with a client certificate, and an
@@ -121,6 +127,20 @@ impl ClusterArgs {
             ),
             e => e.into(),
         })
+    }
+
+    /// Resolves the cluster, loads its map into a feed kept current by a
+    /// watch, and gives the feed the identity its clients prove to the
+    /// OSDs (`default_entity` unless `--name` or the config names one).
+    pub fn feed(&self, default_entity: &str) -> Result<(Arc<MapFeed>, Target)> {
+        let target = self.resolve()?;
+        let feed = MapFeed::connect_with(&target.endpoints, &target.name, &target.auth)
+            .with_context(|| format!("loading the map of cluster {:?}", target.name))?;
+        if let Some(id) = crate::cmd_auth::client_identity(&self.identity, &target, default_entity)?
+        {
+            feed.set_identity(id);
+        }
+        Ok((feed, target))
     }
 
     /// Resolves the cluster and connects to its etcd (bounded by the

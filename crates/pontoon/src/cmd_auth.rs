@@ -44,8 +44,6 @@ pub const KEYS_DIR: &str = "keys";
 pub struct AuthArgs {
     #[command(flatten)]
     cluster: ClusterArgs,
-    #[command(flatten)]
-    identity: IdentityArgs,
     #[command(subcommand)]
     cmd: AuthCmd,
 }
@@ -205,6 +203,32 @@ struct Identity {
     key: AuthKey,
 }
 
+/// The identity the client library proves to the OSDs (when the cluster's
+/// `ms_mode` asks for one): found as [`identity`] finds the CLI's, with
+/// `default_entity` when neither `--name`, `$PONTOON_NAME` nor the
+/// config's `auth.name` names one.
+pub fn client_identity(
+    args: &IdentityArgs,
+    target: &Target,
+    default_entity: &str,
+) -> Result<Option<pontoon_client::ClientIdentity>> {
+    let mut args = args.clone();
+    if args.as_entity.is_none()
+        && crate::config_file::get()
+            .setting("auth.name", None)?
+            .value
+            .is_none()
+    {
+        args.as_entity = Some(default_entity.to_string());
+    }
+    Ok(
+        identity(&args, target)?.map(|me| pontoon_client::ClientIdentity {
+            entity: me.entity.to_string(),
+            key: *me.key.as_bytes(),
+        }),
+    )
+}
+
 /// Finds the CLI's identity (see the module docs for the order); `None`
 /// when no keyring is given or found.
 fn identity(args: &IdentityArgs, target: &Target) -> Result<Option<Identity>> {
@@ -300,7 +324,7 @@ fn refresh_local(target: &Target, rec: &AuthRecord) -> Result<Option<PathBuf>> {
 pub fn run(args: AuthArgs) -> Result<()> {
     crate::runtime()?.block_on(async move {
         let (store, target) = args.cluster.connect().await?;
-        let me = identity(&args.identity, &target)?;
+        let me = identity(&args.cluster.identity, &target)?;
         if let AuthCmd::Whoami = args.cmd {
             return whoami(&store.load().await?, me.as_ref());
         }

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use clap::{Args, ValueEnum};
-use pontoon_client::{Client, MapFeed};
+use pontoon_client::Client;
 use pontoon_types::parse_size;
 use serde::Serialize;
 
@@ -125,8 +125,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
         return run_nvmf(&args, addr, bs, duration);
     }
     let volume = args.volume.clone().unwrap_or_default();
-    let target = args.cluster.resolve()?;
-    let feed = MapFeed::connect_with(&target.endpoints, &target.name, &target.auth)?;
+    let (feed, target) = args.cluster.feed(pontoon_cluster::auth::ADMIN_ENTITY)?;
     let osd_pids = target.dir.as_deref().map(osd_pids).unwrap_or_default();
     let rt = compio::runtime::Runtime::new().context("starting io_uring")?;
     let result = rt.block_on(async {

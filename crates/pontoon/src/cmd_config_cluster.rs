@@ -137,7 +137,7 @@ pub fn set(a: SetArgs) -> Result<()> {
         let updated = store
             .update::<_, ConfigError>(|m| {
                 let before = m.settings.clone();
-                a.key.set(&mut m.settings, &a.value)?;
+                a.key.apply(m, Some(&a.value))?;
                 // Set explicitly, even to the value in force: out-after
                 // then no longer follows each manager's flag.
                 Ok(m.settings != before)
@@ -155,7 +155,7 @@ pub fn rm(a: RmArgs) -> Result<()> {
         let updated = store
             .update::<_, ConfigError>(|m| {
                 let before = m.settings.clone();
-                a.key.reset(&mut m.settings)?;
+                a.key.apply(m, None)?;
                 Ok(m.settings != before)
             })
             .await?;
@@ -216,6 +216,21 @@ pub async fn seed_out_after(store: &MapStore, out_after: Duration, given: bool) 
                 return Ok(false);
             }
             *now = Some(secs);
+            Ok(true)
+        })
+        .await?;
+    Ok(())
+}
+
+/// Sets the map's `ms_mode` (what `pontoon up --ms-mode` does), with the
+/// checks of `config set ms_mode`.
+pub async fn set_ms_mode(store: &MapStore, mode: pontoon_types::WireMode) -> Result<()> {
+    store
+        .update::<_, ConfigError>(|m| {
+            if m.settings.ms_mode == mode {
+                return Ok(false);
+            }
+            ConfigKey::MsMode.apply(m, Some(mode.as_str()))?;
             Ok(true)
         })
         .await?;

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use clap::Args;
-use pontoon_client::{Client, ClusterCatalog, MapFeed};
+use pontoon_client::{Client, ClusterCatalog};
 use pontoon_nbd::{ExportAccess, ServerConfig, TlsConfig, TlsMode, start};
 
 use crate::cluster_args::ClusterArgs;
@@ -105,9 +105,7 @@ fn tls_settings(args: &NbdArgs, listen: SocketAddr) -> Result<(TlsConfig, Export
 
 /// Runs the gateway until SIGINT or SIGTERM.
 pub fn run(args: NbdArgs) -> Result<()> {
-    let target = args.cluster.resolve()?;
-    let feed = MapFeed::connect_with(&target.endpoints, &target.name, &target.auth)
-        .with_context(|| format!("loading the map of cluster {:?}", target.name))?;
+    let (feed, target) = args.cluster.feed("gateway.nbd")?;
     let factory_feed = feed.clone();
     let listen = crate::config_file::socket_addr("nbd.listen", "--listen", args.listen)?;
     let metrics_addr = crate::config_file::metrics_addr("nbd.metrics", args.metrics.as_deref())?;

@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, anyhow};
 use clap::{Args, Subcommand};
-use pontoon_client::{Client, ClusterCatalog, MapFeed};
+use pontoon_client::{Client, ClusterCatalog};
 use pontoon_cluster::ClusterMap;
 use pontoon_cluster::model::{
     NvmfHostAuthRecord, NvmfSubsystemRecord, format_uuid, redact_dhchap_secret,
@@ -631,12 +631,10 @@ fn warn_closed(nvmf: &BTreeMap<String, NvmfSubsystemRecord>, allow_any_host: boo
 
 /// Runs the gateway until SIGINT or SIGTERM.
 fn run_gateway(cluster: &ClusterArgs, args: &GatewayArgs) -> Result<()> {
-    let target = cluster.resolve()?;
     let listen = crate::config_file::socket_addr("nvmf.listen", "--listen", args.listen)?;
     let metrics_addr = crate::config_file::metrics_addr("nvmf.metrics", args.metrics.as_deref())?;
     let stop = crate::cmd_osd::stop_flag()?;
-    let feed = MapFeed::connect_with(&target.endpoints, &target.name, &target.auth)
-        .with_context(|| format!("loading the map of cluster {:?}", target.name))?;
+    let (feed, target) = cluster.feed("gateway.nvmf")?;
     let mut served = feed.current().nvmf.clone();
     let subsystems = Subsystems::new(target_config(&served));
     let config = TargetConfig {

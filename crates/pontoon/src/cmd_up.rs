@@ -115,6 +115,12 @@ pub struct UpArgs {
     /// Only for a new cluster (or one created so).
     #[arg(long)]
     etcd_insecure: bool,
+    /// How OSD connections authenticate: none, authenticated (every
+    /// connection proves its entity's key, every frame signed) or secure
+    /// (also encrypted). Sets the map's `ms_mode` (`pontoon config set
+    /// ms_mode` changes it later); unset, the cluster keeps its mode.
+    #[arg(long, value_name = "MODE")]
+    ms_mode: Option<pontoon_types::WireMode>,
 }
 
 /// Runs `pontoon up`.
@@ -164,6 +170,7 @@ pub fn run(args: UpArgs) -> Result<()> {
             args.history_interval.as_deref().unwrap_or("60s"),
         )?,
         rated_dwpd: args.rated_dwpd,
+        ms_mode: args.ms_mode,
         out_after_given: args.out_after.is_some(),
         gateways: [
             args.nbd.map(|a| Gateway::new(GatewayKind::Nbd, a)),
@@ -308,6 +315,8 @@ struct Cluster {
     history_interval: Duration,
     /// `--rated-dwpd`, set on every OSD at start.
     rated_dwpd: Option<f64>,
+    /// `--ms-mode`, set in the map before any OSD starts.
+    ms_mode: Option<pontoon_types::WireMode>,
     /// `--out-after` was given: it replaces the map's out-after.
     out_after_given: bool,
     /// The gateways asked for (NBD, NVMe/TCP), started after the manager.
@@ -416,6 +425,16 @@ impl Gateway {
             file,
             self.kind.command(),
         )));
+        if self.kind != GatewayKind::StandbyMgr {
+            // the key the gateway proves to the OSDs (bootstrap_local made it)
+            let entity = format!("gateway.{}", self.kind.command());
+            let keyring = layout
+                .dir
+                .join(crate::cmd_auth::KEYS_DIR)
+                .join(format!("{entity}.keyring"));
+            args.extend(["--name".into(), entity, "--keyring".into()]);
+            args.push(keyring.display().to_string());
+        }
         args.extend(self.extra.iter().cloned());
         let child = procs::spawn(exe, &args, &log, Attach::Child)?;
         procs::write_pid(&self.pid_file(layout), child.id())?;
@@ -494,6 +513,9 @@ impl Cluster {
         let gateways: Vec<&str> = self.gateways.iter().map(|g| g.kind.command()).collect();
         crate::cmd_auth::bootstrap_local(&store, &self.layout.dir, self.file.osds, &gateways)
             .await?;
+        if let Some(mode) = self.ms_mode {
+            crate::cmd_config_cluster::set_ms_mode(&store, mode).await?;
+        }
         for id in 0..self.file.osds {
             check_stop(stop)?;
             self.start_osd(&exe, &store, id, stop).await?;

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 use clap::Args;
-use pontoon_client::{Client, MapFeed};
+use pontoon_client::Client;
 use pontoon_vhost::{Export, ExportConfig};
 use pontoon_volume::VolumeError;
 
@@ -54,8 +54,7 @@ pub fn run(args: VhostArgs) -> Result<()> {
     let target = args.cluster.resolve()?;
     let metrics_addr = crate::daemon_metrics::parse_flag(&args.metrics)?;
     let counters = pontoon_metrics::GatewayMetrics::new(pontoon_cluster::daemons::kind::VHOST);
-    let feed = MapFeed::connect_with(&target.endpoints, &target.name, &target.auth)
-        .with_context(|| format!("loading the map of cluster {:?}", target.name))?;
+    let (feed, _) = args.cluster.feed("gateway.vhost")?;
     let mut exports = Vec::new();
     for (socket, volume) in args.socket.iter().zip(&args.volume) {
         let f = feed.clone();

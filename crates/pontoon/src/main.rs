@@ -181,3 +181,45 @@ fn main() {
         std::process::exit(1);
     }
 }
+
+#[cfg(test)]
+mod cli_tests {
+    /// No command has two arguments with one long flag or id (a global
+    /// `--name` or `--keyring` clashing with a command's own). clap checks
+    /// this itself only in debug builds; the suite runs optimized.
+    #[test]
+    fn no_command_repeats_a_flag() {
+        use clap::CommandFactory as _;
+        fn walk(cmd: &clap::Command, path: &str, checked: &mut usize) {
+            let mut longs = std::collections::BTreeMap::new();
+            let mut ids = std::collections::BTreeSet::new();
+            for a in cmd.get_arguments() {
+                assert!(
+                    ids.insert(a.get_id().clone()),
+                    "{path}: argument id {} twice",
+                    a.get_id()
+                );
+                if let Some(l) = a.get_long() {
+                    if let Some(other) = longs.insert(l.to_string(), a.get_id().clone()) {
+                        panic!("{path}: --{l} is both {other} and {}", a.get_id());
+                    }
+                }
+            }
+            *checked += 1;
+            for sub in cmd.get_subcommands() {
+                walk(sub, &format!("{path} {}", sub.get_name()), checked);
+            }
+        }
+        let mut cmd = super::Cli::command();
+        cmd.build();
+        let mut checked = 0;
+        walk(&cmd, "pontoon", &mut checked);
+        assert!(checked > 50, "only {checked} commands walked");
+        // globals reached the leaves, so they were part of the check
+        let ls = cmd
+            .find_subcommand("auth")
+            .and_then(|a| a.find_subcommand("ls"))
+            .expect("auth ls");
+        assert!(ls.get_arguments().any(|a| a.get_long() == Some("keyring")));
+    }
+}

@@ -266,6 +266,10 @@ pub enum Status {
     Fenced = 11,
     /// The frame could not be understood.
     Malformed = 12,
+    /// The peer's entity may not do this (its caps, a revoked or rotated-out
+    /// key, or an OSD-only request from something that is not an OSD of
+    /// the map).
+    PermissionDenied = 13,
 }
 
 impl Status {
@@ -284,6 +288,7 @@ impl Status {
             10 => Self::ShuttingDown,
             11 => Self::Fenced,
             12 => Self::Malformed,
+            13 => Self::PermissionDenied,
             _ => return Err(ProtoError::Malformed("reply", "unknown status")),
         })
     }

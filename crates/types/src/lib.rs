@@ -8,6 +8,9 @@
 use std::fmt;
 
 pub mod codec;
+pub mod wire_mode;
+
+pub use wire_mode::WireMode;
 
 /// Size of one data block: the unit of allocation, checksumming and O_DIRECT I/O.
 pub const BLOCK_SIZE: usize = 4096;

@@ -30,6 +30,10 @@ pub enum VolumeError {
     /// The volume is read-only (e.g. a snapshot).
     #[error("volume is read-only")]
     ReadOnly,
+    /// The cluster refused the client's identity or its caps do not allow
+    /// the operation.
+    #[error("permission denied: {0}")]
+    PermissionDenied(String),
     /// The data is temporarily unreachable (PG inactive, timeouts); the
     /// host may retry.
     #[error("temporarily unavailable: {0}")]

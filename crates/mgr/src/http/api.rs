@@ -538,11 +538,8 @@ async fn patch_settings(
             .update::<_, ApiError>(|m| {
                 let before = m.settings.clone();
                 for (key, value) in &config {
-                    match value {
-                        Some(v) => key.set(&mut m.settings, v),
-                        None => key.reset(&mut m.settings),
-                    }
-                    .map_err(|e| bad(e.to_string()))?;
+                    key.apply(m, value.as_deref())
+                        .map_err(|e| bad(e.to_string()))?;
                 }
                 for (flag, on) in &flags {
                     osd_admin::set_flag(m, *flag, *on);
