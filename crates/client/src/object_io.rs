@@ -188,6 +188,12 @@ impl Transport {
                             if matches!(r.status, Status::StaleEpoch | Status::NotPrimary) {
                                 self.wait_for_newer_map(map.epoch.0, deadline).await;
                             }
+                            if r.status == Status::KeyRevoked {
+                                // reconnect with the identity's current key
+                                if let Wire::Tcp(pool) = &self.wire {
+                                    pool.close(addr);
+                                }
+                            }
                         }
                         Ok((Message::Reply(r), _)) => {
                             return Err(ClientError::from_status(&r, oid));

@@ -17,7 +17,7 @@ use std::sync::Arc;
 use pontoon_cluster::ClusterMap;
 use pontoon_cluster::auth::{Caps, EntityName, KeyState, Op, now_unix};
 use pontoon_net::{ClientAuth, EntityKey, EntityKeys, Key, KeyLookup, Peer};
-use pontoon_proto::{Message, Role};
+use pontoon_proto::{Message, Role, Status};
 use pontoon_types::{ObjectId, OsdId, WireMode};
 use rustc_hash::FxHashMap;
 
@@ -27,6 +27,24 @@ struct EntityAccess {
     /// `(generation, key, accepted until)`, newest first; `u64::MAX`: no end.
     keys: Vec<(u32, [u8; 32], u64)>,
     caps: Caps,
+}
+
+/// Why a request was refused: the status to answer with, and the text.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Denied {
+    /// [`Status::KeyRevoked`] when the connection's key is no longer
+    /// accepted (the client reconnects with its current key and retries),
+    /// else [`Status::PermissionDenied`].
+    pub status: Status,
+    /// Why, naming the entity.
+    pub why: String,
+}
+
+fn denied(why: String) -> Denied {
+    Denied {
+        status: Status::PermissionDenied,
+        why,
+    }
 }
 
 /// The entities, keys and caps of one map, and the names caps refer to.
@@ -124,15 +142,19 @@ impl AccessTable {
         peer: &Peer,
         msg: &Message,
         is_osd: impl Fn(OsdId) -> bool,
-    ) -> Result<(), String> {
+    ) -> Result<(), Denied> {
         if peer.mode == WireMode::None {
             return Ok(());
         }
         let Some(entity) = peer.entity.as_deref() else {
-            return Err("the connection is not authenticated".into());
+            return Err(denied("the connection is not authenticated".into()));
+        };
+        let revoked = |why: String| Denied {
+            status: Status::KeyRevoked,
+            why,
         };
         let Some(e) = self.entities.get(entity) else {
-            return Err(format!("{entity} was removed from the cluster"));
+            return Err(revoked(format!("{entity} was removed from the cluster")));
         };
         let now = now_unix();
         let key_ok = e
@@ -140,12 +162,12 @@ impl AccessTable {
             .iter()
             .any(|(g, _, until)| Some(*g) == peer.key_generation && now < *until);
         if !key_ok {
-            return Err(format!(
+            return Err(revoked(format!(
                 "{entity}'s key generation {} is no longer accepted (rotated out)",
                 peer.key_generation.unwrap_or(0)
-            ));
+            )));
         }
-        let object = |oid: ObjectId, op: Op| -> Result<(), String> {
+        let object = |oid: ObjectId, op: Op| -> Result<(), Denied> {
             let (pool, volume) = self
                 .volumes
                 .get(&oid.volume.0)
@@ -154,12 +176,12 @@ impl AccessTable {
             if e.caps.allows(op, pool, volume) {
                 Ok(())
             } else {
-                Err(format!(
+                Err(denied(format!(
                     "{entity} may not {} volume {}{}",
                     if op == Op::Write { "write" } else { "read" },
                     pool.map(|p| format!("{p}/")).unwrap_or_default(),
                     volume.map_or_else(|| oid.volume.0.to_string(), str::to_string),
-                ))
+                )))
             }
         };
         match msg {
@@ -171,8 +193,10 @@ impl AccessTable {
             Message::SubOp(_) | Message::PeerQuery(_) | Message::Pull(_) | Message::Digest(_) => {
                 match peer.role {
                     Role::Osd(id) if e.caps.allows(Op::OsdRole, None, None) && is_osd(id) => Ok(()),
-                    Role::Osd(id) if !is_osd(id) => Err(format!("{id} is not an OSD of the map")),
-                    _ => Err(format!("{entity} may not send OSD requests")),
+                    Role::Osd(id) if !is_osd(id) => {
+                        Err(denied(format!("{id} is not an OSD of the map")))
+                    }
+                    _ => Err(denied(format!("{entity} may not send OSD requests"))),
                 }
             }
             _ => Ok(()),
@@ -277,16 +301,17 @@ mod tests {
         let no = t
             .authorize(&peer("client.ro"), &discard(1), all)
             .unwrap_err();
-        assert!(no.contains("may not write volume a/v1"), "{no}");
+        assert_eq!(no.status, Status::PermissionDenied);
+        assert!(no.why.contains("may not write volume a/v1"), "{no:?}");
         assert!(t.authorize(&peer("client.rw"), &discard(1), all).is_ok());
         let no = t
             .authorize(&peer("client.rw"), &discard(2), all)
             .unwrap_err();
-        assert!(no.contains("b/v2"), "{no}");
+        assert!(no.why.contains("b/v2"), "{no:?}");
         let no = t
             .authorize(&peer("client.rw"), &Message::Pull(target(1)), all)
             .unwrap_err();
-        assert!(no.contains("may not send OSD requests"), "{no}");
+        assert!(no.why.contains("may not send OSD requests"), "{no:?}");
         // allow * is not an OSD
         assert!(
             t.authorize(&peer("client.fake"), &Message::Pull(target(1)), all)
@@ -299,18 +324,17 @@ mod tests {
         let no = t
             .authorize(&peer("osd.1"), &Message::Pull(target(1)), |_| false)
             .unwrap_err();
-        assert!(no.contains("not an OSD of the map"), "{no}");
+        assert!(no.why.contains("not an OSD of the map"), "{no:?}");
         let no = t
             .authorize(&peer("client.gone"), &discard(1), all)
             .unwrap_err();
-        assert!(no.contains("removed"), "{no}");
+        assert_eq!(no.status, Status::KeyRevoked);
+        assert!(no.why.contains("removed"), "{no:?}");
         let mut stale = peer("client.rw");
         stale.key_generation = Some(7);
-        assert!(
-            t.authorize(&stale, &discard(1), all)
-                .unwrap_err()
-                .contains("rotated out")
-        );
+        let no = t.authorize(&stale, &discard(1), all).unwrap_err();
+        assert_eq!(no.status, Status::KeyRevoked);
+        assert!(no.why.contains("rotated out"), "{no:?}");
         // mode none trusts the claim
         assert!(
             t.authorize(&Peer::unauthenticated(Role::Client), &discard(2), all)

@@ -303,17 +303,17 @@ impl<D: BlockDevice + 'static, P: Peers> Handler for Shard<D, P> {
     ) -> (Message, Option<AlignedBuf>) {
         if peer.mode.is_protected() {
             let map = self.map.borrow().clone();
-            if let Err(why) = map
+            if let Err(no) = map
                 .access
                 .authorize(&peer, &frame.msg, |id| map.addrs.contains_key(&id))
             {
                 let n = self.metrics.denied();
                 // the first ten, then one in a thousand: a client looping
                 // on a refusal must not fill the disk with the log
-                if n <= 10 || n % 1000 == 0 {
-                    tracing::warn!(osd = %self.me, peer = ?peer.entity, refused = n, "refused: {why}");
+                if n <= 10 || n.is_multiple_of(1000) {
+                    tracing::warn!(osd = %self.me, peer = ?peer.entity, refused = n, "refused: {}", no.why);
                 }
-                return error(Status::PermissionDenied, map.epoch, why);
+                return error(no.status, map.epoch, no.why);
             }
         }
         self.handle(peer.role, frame).await

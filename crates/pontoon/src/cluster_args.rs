@@ -136,9 +136,12 @@ impl ClusterArgs {
         let target = self.resolve()?;
         let feed = MapFeed::connect_with(&target.endpoints, &target.name, &target.auth)
             .with_context(|| format!("loading the map of cluster {:?}", target.name))?;
-        if let Some(id) = crate::cmd_auth::client_identity(&self.identity, &target, default_entity)?
+        if let Some((id, path)) =
+            crate::cmd_auth::client_identity(&self.identity, &target, default_entity)?
         {
+            let entity = pontoon_cluster::auth::EntityName::parse(&id.entity)?;
             feed.set_identity(id);
+            crate::cmd_auth::follow_keyring(&feed, entity, path)?;
         }
         Ok((feed, target))
     }

@@ -206,12 +206,12 @@ struct Identity {
 /// The identity the client library proves to the OSDs (when the cluster's
 /// `ms_mode` asks for one): found as [`identity`] finds the CLI's, with
 /// `default_entity` when neither `--name`, `$PONTOON_NAME` nor the
-/// config's `auth.name` names one.
+/// config's `auth.name` names one. With the keyring's path.
 pub fn client_identity(
     args: &IdentityArgs,
     target: &Target,
     default_entity: &str,
-) -> Result<Option<pontoon_client::ClientIdentity>> {
+) -> Result<Option<(pontoon_client::ClientIdentity, PathBuf)>> {
     let mut args = args.clone();
     if args.as_entity.is_none()
         && crate::config_file::get()
@@ -221,12 +221,67 @@ pub fn client_identity(
     {
         args.as_entity = Some(default_entity.to_string());
     }
-    Ok(
-        identity(&args, target)?.map(|me| pontoon_client::ClientIdentity {
-            entity: me.entity.to_string(),
-            key: *me.key.as_bytes(),
-        }),
-    )
+    Ok(identity(&args, target)?.map(|me| {
+        (
+            pontoon_client::ClientIdentity {
+                entity: me.entity.to_string(),
+                key: *me.key.as_bytes(),
+            },
+            me.path,
+        )
+    }))
+}
+
+/// How often a daemon looks whether its keyring file changed.
+const KEYRING_POLL: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Keeps `feed`'s identity in step with its keyring file: when the file
+/// changes (`pontoon auth rotate ENTITY -o FILE` wrote the new key), the
+/// new key is used for connections made from then on, so a rotation
+/// needs no restart. A thread polling the file's change time each second,
+/// ending with the feed; a file that fails to parse keeps the old key
+/// (and says so once).
+pub fn follow_keyring(
+    feed: &std::sync::Arc<pontoon_client::MapFeed>,
+    entity: EntityName,
+    path: PathBuf,
+) -> Result<()> {
+    let weak = std::sync::Arc::downgrade(feed);
+    let changed = |p: &Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
+    let mut seen = changed(&path);
+    std::thread::Builder::new()
+        .name("keyring-watch".into())
+        .spawn(move || {
+            let mut complained = false;
+            loop {
+                std::thread::sleep(KEYRING_POLL);
+                let Some(feed) = weak.upgrade() else { return };
+                let now = changed(&path);
+                if now == seen {
+                    continue;
+                }
+                match Keyring::load(&path).map(|r| r.get(&entity).map(|e| e.key.clone())) {
+                    Ok(Some(key)) => {
+                        seen = now;
+                        complained = false;
+                        if feed.identity().is_some_and(|id| id.key != *key.as_bytes()) {
+                            tracing::info!(%entity, keyring = %path.display(), "keyring changed: new connections use its key");
+                            feed.set_identity(pontoon_client::ClientIdentity {
+                                entity: entity.to_string(),
+                                key: *key.as_bytes(),
+                            });
+                        }
+                    }
+                    _ if !complained => {
+                        complained = true;
+                        tracing::warn!(%entity, keyring = %path.display(), "keyring changed but holds no usable key for the entity: keeping the old key");
+                    }
+                    _ => {}
+                }
+            }
+        })
+        .context("starting the keyring watcher")?;
+    Ok(())
 }
 
 /// Finds the CLI's identity (see the module docs for the order); `None`

@@ -199,10 +199,10 @@ mod cli_tests {
                     "{path}: argument id {} twice",
                     a.get_id()
                 );
-                if let Some(l) = a.get_long() {
-                    if let Some(other) = longs.insert(l.to_string(), a.get_id().clone()) {
-                        panic!("{path}: --{l} is both {other} and {}", a.get_id());
-                    }
+                if let Some(l) = a.get_long()
+                    && let Some(other) = longs.insert(l.to_string(), a.get_id().clone())
+                {
+                    panic!("{path}: --{l} is both {other} and {}", a.get_id());
                 }
             }
             *checked += 1;

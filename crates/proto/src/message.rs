@@ -270,6 +270,10 @@ pub enum Status {
     /// key, or an OSD-only request from something that is not an OSD of
     /// the map).
     PermissionDenied = 13,
+    /// The key the connection was authenticated with is no longer accepted
+    /// (rotated out, or the entity removed): reconnect with the current
+    /// key, and retry.
+    KeyRevoked = 14,
 }
 
 impl Status {
@@ -289,6 +293,7 @@ impl Status {
             11 => Self::Fenced,
             12 => Self::Malformed,
             13 => Self::PermissionDenied,
+            14 => Self::KeyRevoked,
             _ => return Err(ProtoError::Malformed("reply", "unknown status")),
         })
     }
@@ -304,6 +309,7 @@ impl Status {
                 | Self::Busy
                 | Self::ShuttingDown
                 | Self::Fenced
+                | Self::KeyRevoked
         )
     }
 }
