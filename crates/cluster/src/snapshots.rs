@@ -241,6 +241,35 @@ impl MapStore {
     }
 }
 
+impl MapStore {
+    /// Waits (at most `timeout`) until every OSD holding its liveness lease
+    /// has reported a map at `epoch` or later, and returns those that did
+    /// not. A snapshot is a cut for writes once every OSD knows its
+    /// sequence: from then on a write carrying an older one is refused and
+    /// sent again under the new one.
+    pub async fn osds_behind(
+        &self,
+        epoch: pontoon_types::Epoch,
+        timeout: std::time::Duration,
+    ) -> Result<Vec<pontoon_types::OsdId>, ClusterError> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            let map = self.load().await?;
+            let reports = self.reports().await?;
+            let behind: Vec<pontoon_types::OsdId> = map
+                .alive
+                .iter()
+                .copied()
+                .filter(|o| !reports.iter().any(|r| r.osd == *o && r.epoch >= epoch))
+                .collect();
+            if behind.is_empty() || tokio::time::Instant::now() >= deadline {
+                return Ok(behind);
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
+    }
+}
+
 /// The volume called `name`, to change.
 fn find_volume<'a>(
     m: &'a mut crate::ClusterMap,
