@@ -45,6 +45,7 @@ pub(crate) fn client_errno(e: &ClientError) -> i32 {
         ClientError::Timeout { .. } => libc::ETIMEDOUT,
         ClientError::Protocol(_) => libc::EPROTO,
         ClientError::Cluster(m) => cluster_errno(m),
+        ClientError::ReadOnly(_) => libc::EROFS,
     }
 }
 

@@ -34,6 +34,7 @@ pub mod reclaim;
 mod replica;
 pub mod scrub;
 pub mod shard;
+mod snaps;
 #[doc(hidden)]
 pub mod testkit;
 pub mod view;

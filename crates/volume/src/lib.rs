@@ -62,6 +62,13 @@ pub trait BlockVolume: 'static {
     /// Size in bytes.
     fn size(&self) -> u64;
 
+    /// Whether the volume refuses changes (a snapshot): writes, discards
+    /// and write-zeroes fail with [`VolumeError::ReadOnly`], and front-ends
+    /// advertise it (NBD's `NBD_FLAG_READ_ONLY`).
+    fn read_only(&self) -> bool {
+        false
+    }
+
     /// Reads `len` bytes at `offset`; holes read as zeros.
     fn read(&self, offset: u64, len: u64) -> impl Future<Output = Result<AlignedBuf, VolumeError>>;
 
