@@ -101,15 +101,15 @@ pub enum ClusterError {
     /// The named pool, volume or OSD does not exist.
     #[error("{kind} {name} not found")]
     NotFound {
-        /// What was looked for: "pool", "volume", "osd".
+        /// What was looked for: "pool", "volume", "snapshot", "osd".
         kind: &'static str,
         /// Its name or id.
         name: String,
     },
-    /// A pool or volume of that name already exists.
+    /// A pool, volume or snapshot of that name already exists.
     #[error("{kind} {name} already exists")]
     AlreadyExists {
-        /// "pool" or "volume".
+        /// "pool", "volume" or "snapshot".
         kind: &'static str,
         /// The name.
         name: String,
