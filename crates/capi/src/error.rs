@@ -46,6 +46,7 @@ pub(crate) fn client_errno(e: &ClientError) -> i32 {
         ClientError::Protocol(_) => libc::EPROTO,
         ClientError::PermissionDenied(_) => libc::EACCES,
         ClientError::Cluster(m) => cluster_errno(m),
+        ClientError::ReadOnly(_) => libc::EROFS,
     }
 }
 

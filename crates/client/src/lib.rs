@@ -27,6 +27,7 @@ mod catalog;
 pub mod locate;
 pub mod map_feed;
 pub mod object_io;
+mod snapshot;
 mod volume;
 
 use std::rc::Rc;
@@ -77,6 +78,10 @@ pub enum ClientError {
     /// the operation.
     #[error("permission denied: {0}")]
     PermissionDenied(String),
+    /// A write, discard or write-zeroes to a volume opened read-only (a
+    /// snapshot, `VOLUME@SNAPSHOT`).
+    #[error("{0} is a snapshot and read-only")]
+    ReadOnly(String),
 }
 
 impl ClientError {
@@ -100,6 +105,7 @@ impl From<ClientError> for VolumeError {
             ClientError::NoSpace(m) => VolumeError::NoSpace(m),
             ClientError::Checksum(m) => VolumeError::DataLoss(m),
             ClientError::PermissionDenied(m) => VolumeError::PermissionDenied(m),
+            ClientError::ReadOnly(_) => VolumeError::ReadOnly,
             e @ (ClientError::Timeout { .. } | ClientError::Cluster(_)) => {
                 VolumeError::Unavailable(e.to_string())
             }
@@ -129,9 +135,22 @@ impl Client {
         }
     }
 
-    /// Opens volume `name`.
+    /// Opens volume `name`; `VOLUME@SNAPSHOT` opens that snapshot,
+    /// read-only (see [`Client::open_snapshot`]).
     pub fn open(&self, name: &str) -> Result<Volume, ClientError> {
+        if name.contains('@') {
+            let (volume, snap) = pontoon_cluster::parse_snap_spec(name)
+                .map_err(|e| ClientError::InvalidArgument(e.to_string()))?;
+            return self.open_snapshot(volume, snap);
+        }
         Volume::open(self.transport.clone(), name)
+    }
+
+    /// Opens snapshot `snap` of volume `volume` read-only: reads see the
+    /// volume as it was when the snapshot was taken; writes, discards and
+    /// write-zeroes fail with [`ClientError::ReadOnly`].
+    pub fn open_snapshot(&self, volume: &str, snap: &str) -> Result<Volume, ClientError> {
+        Volume::open_snapshot(self.transport.clone(), volume, snap)
     }
 
     /// The thread's transport (map view and connections).

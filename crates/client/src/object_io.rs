@@ -148,13 +148,15 @@ impl Transport {
         Ok(())
     }
 
-    /// Sends the request `make(target)` about `oid` to its primary (with
-    /// `data`, sent without copying); retries what is retryable. Returns
-    /// the successful reply and its data.
+    /// Sends the request `make(target, snap_seq)` about `oid` to its
+    /// primary (with `data`, sent without copying); retries what is
+    /// retryable. `snap_seq` is the snapshot sequence of `oid`'s volume in
+    /// the map each attempt is routed by (the snap context writes carry).
+    /// Returns the successful reply and its data.
     pub async fn call(
         &self,
         oid: ObjectId,
-        make: impl Fn(Target) -> Message,
+        make: impl Fn(Target, u64) -> Message,
         data: Option<&Rc<AlignedBuf>>,
     ) -> Result<(Reply, Option<AlignedBuf>), ClientError> {
         let deadline = pontoon_rt::now() + OP_TIMEOUT;
@@ -166,7 +168,8 @@ impl Transport {
             self.credentials(&map)?;
             match route(&map, oid) {
                 Ok((target, addr)) => {
-                    let msg = make(target);
+                    let snap_seq = map.volumes.get(&oid.volume).map_or(0, |v| v.snap_seq);
+                    let msg = make(target, snap_seq);
                     let rerouted = || {
                         let now = self.map.get();
                         now.epoch != map.epoch
@@ -185,7 +188,10 @@ impl Transport {
                         Ok((Message::Reply(r), d)) if r.status == Status::Ok => return Ok((r, d)),
                         Ok((Message::Reply(r), _)) if r.status.is_retryable() => {
                             last = format!("{:?} from {addr}: {}", r.status, r.message);
-                            if matches!(r.status, Status::StaleEpoch | Status::NotPrimary) {
+                            if matches!(
+                                r.status,
+                                Status::StaleEpoch | Status::NotPrimary | Status::StaleSnapSeq
+                            ) {
                                 self.wait_for_newer_map(map.epoch.0, deadline).await;
                             }
                             if r.status == Status::KeyRevoked {

@@ -11,15 +11,19 @@ use pontoon_volume::{BlockVolume, Extent, VolumeError, check_io};
 
 use crate::ClientError;
 use crate::object_io::Transport;
+use crate::snapshot::SnapView;
 
-/// An open volume, for use on the thread that opened it.
+/// An open volume, or a snapshot of one (read-only), for use on the
+/// thread that opened it.
 #[derive(Clone)]
 pub struct Volume {
-    transport: Rc<Transport>,
-    id: VolumeId,
-    name: String,
-    size: u64,
-    object_size: u64,
+    pub(crate) transport: Rc<Transport>,
+    pub(crate) id: VolumeId,
+    pub(crate) name: String,
+    pub(crate) size: u64,
+    pub(crate) object_size: u64,
+    /// The snapshot opened, if this is one.
+    pub(crate) snap: Option<SnapView>,
 }
 
 /// The part of an I/O that falls in one object.
@@ -46,6 +50,7 @@ impl Volume {
             size: v.size_bytes,
             object_size: v.object_size,
             transport,
+            snap: None,
         })
     }
 
@@ -54,8 +59,12 @@ impl Volume {
         &self.name
     }
 
-    /// The size in bytes, as of the newest map (a resize shows up here).
+    /// The size in bytes, as of the newest map (a resize shows up here; a
+    /// snapshot keeps the size the volume had when it was taken).
     pub fn current_size(&self) -> u64 {
+        if self.snap.is_some() {
+            return self.size;
+        }
         self.transport
             .map
             .get()
@@ -91,17 +100,19 @@ impl Volume {
     /// Reads `len` bytes at `offset` (4 KiB aligned).
     pub async fn read_at(&self, offset: u64, len: u64) -> Result<AlignedBuf, ClientError> {
         self.check(offset, len)?;
+        let snap = self.snap_id()?;
         let pieces = self.pieces(offset, len);
         let parts = try_join_all(pieces.iter().map(|p| async move {
             let (_, data) = self
                 .transport
                 .call(
                     p.oid,
-                    |target| {
+                    |target, _| {
                         Message::Read(ReadReq {
                             target,
                             offset: p.offset,
                             len: p.len as u32,
+                            snap,
                         })
                     },
                     None,
@@ -135,6 +146,7 @@ impl Volume {
     /// replica of every object touched has it durable. Each object's part
     /// is copied once into the buffer its request is sent from.
     pub async fn write_at(&self, offset: u64, data: &[u8]) -> Result<(), ClientError> {
+        self.writable()?;
         self.check(offset, data.len() as u64)?;
         let pieces = self.pieces(offset, data.len() as u64);
         try_join_all(pieces.iter().map(|p| {
@@ -148,6 +160,7 @@ impl Volume {
     /// [`ClusterVolume::write_at`] of an owned buffer: a write inside one
     /// object is sent from `data` itself, without a copy.
     pub async fn write_buf(&self, offset: u64, data: AlignedBuf) -> Result<(), ClientError> {
+        self.writable()?;
         self.check(offset, data.len() as u64)?;
         let pieces = self.pieces(offset, data.len() as u64);
         if let [p] = pieces.as_slice() {
@@ -162,12 +175,13 @@ impl Volume {
         self.transport
             .call(
                 p.oid,
-                |target| {
+                |target, snap_seq| {
                     Message::Write(WriteReq {
                         target,
                         offset: p.offset,
                         data_crc: crc,
                         fua: false,
+                        snap_seq,
                     })
                 },
                 Some(&data),
@@ -178,16 +192,18 @@ impl Volume {
 
     /// Deallocates a range (4 KiB aligned): it reads back as zeros.
     pub async fn discard_at(&self, offset: u64, len: u64) -> Result<(), ClientError> {
+        self.writable()?;
         self.check(offset, len)?;
         let pieces = self.pieces(offset, len);
         try_join_all(pieces.iter().map(|p| {
             self.transport.call(
                 p.oid,
-                |target| {
+                |target, snap_seq| {
                     Message::Discard(DiscardReq {
                         target,
                         offset: p.offset,
                         len: p.len,
+                        snap_seq,
                     })
                 },
                 None,
@@ -200,11 +216,14 @@ impl Volume {
     /// Allocated and unallocated extents covering `offset..offset+len`.
     pub async fn allocation_at(&self, offset: u64, len: u64) -> Result<Vec<Extent>, ClientError> {
         self.check(offset, len)?;
+        if let Some(whole) = self.snap_allocation(len)? {
+            return Ok(whole);
+        }
         let pieces = self.pieces(offset, len);
         let maps = try_join_all(pieces.iter().map(|p| async move {
             let (r, _) = self
                 .transport
-                .call(p.oid, Message::Allocation, None)
+                .call(p.oid, |t, _| Message::Allocation(t), None)
                 .await?;
             Ok::<_, ClientError>((p, r.ranges))
         }))
@@ -242,6 +261,10 @@ impl BlockVolume for Volume {
         self.current_size()
     }
 
+    fn read_only(&self) -> bool {
+        self.is_snapshot()
+    }
+
     async fn read(&self, offset: u64, len: u64) -> Result<AlignedBuf, VolumeError> {
         Ok(self.read_at(offset, len).await?)
     }
@@ -267,6 +290,7 @@ impl BlockVolume for Volume {
         len: u64,
         may_unmap: bool,
     ) -> Result<(), VolumeError> {
+        self.writable()?;
         if may_unmap {
             return Ok(self.discard_at(offset, len).await?);
         }

@@ -66,6 +66,7 @@ fn read_req() -> Message {
         },
         offset: 0,
         len: 4096,
+        snap: None,
     })
 }
 

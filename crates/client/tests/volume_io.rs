@@ -54,6 +54,8 @@ fn cluster(osds: &[&TestOsd]) -> ClusterMap {
             pool: PoolId(1),
             size_bytes: VOL_SIZE,
             object_size: 4 * MIB,
+            snap_seq: 0,
+            snapshots: Vec::new(),
         },
     );
     recompute(&mut m).expect("placement");

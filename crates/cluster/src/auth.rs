@@ -1033,6 +1033,8 @@ mod tests {
                 pool: PoolId(1),
                 size_bytes: 4096,
                 object_size: 4096,
+                snap_seq: 0,
+                snapshots: Vec::new(),
             },
         );
         let caps = Caps::parse("allow r volume=a/v").unwrap();

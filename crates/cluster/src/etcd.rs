@@ -808,6 +808,8 @@ impl MapStore {
                         pool,
                         size_bytes,
                         object_size: DEFAULT_OBJECT_SIZE,
+                        snap_seq: 0,
+                        snapshots: Vec::new(),
                     },
                 );
                 Ok(true)
@@ -850,7 +852,7 @@ impl MapStore {
 
     /// Removes a volume's record. Its objects are not deleted here: that
     /// is the OSDs' job once the volume is gone from the map. Refused while
-    /// an NVMe-oF namespace exports the volume.
+    /// an NVMe-oF namespace exports the volume or it has snapshots.
     pub async fn remove_volume(&self, name: &str) -> Result<VolumeRecord, ClusterError> {
         let mut removed = None;
         self.update::<_, ClusterError>(|m| {
@@ -867,6 +869,13 @@ impl MapStore {
                     reason: format!(
                         "it is exported as namespace {nsid} of NVMe-oF subsystem {nqn}{more}"
                     ),
+                });
+            }
+            if let Some(reason) = crate::snapshots::snapshots_block_removal(&vol) {
+                return Err(ClusterError::InUse {
+                    kind: "volume",
+                    name: name.to_string(),
+                    reason,
                 });
             }
             m.volumes.remove(&vol.id);

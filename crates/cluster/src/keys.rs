@@ -372,6 +372,8 @@ mod tests {
                 pool: PoolId(1),
                 size_bytes: 4096,
                 object_size: 4 << 20,
+                snap_seq: 0,
+                snapshots: Vec::new(),
             },
         );
         for nqn in ["nqn.2024-01.io.pontoon:db", "nqn.x/y%z w"] {

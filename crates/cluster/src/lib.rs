@@ -22,7 +22,7 @@
 //! | `osds/<id>` | [`OsdRecord`] |
 //! | `alive/<id>` | liveness marker, attached to the OSD's lease ([`OsdLease`]) |
 //! | `pools/<id>` | [`PoolRecord`] |
-//! | `volumes/<id>` | [`VolumeRecord`] |
+//! | `volumes/<id>` | [`VolumeRecord`], with its snapshot sequence and snapshots ([`snapshots`]) |
 //! | `pgs/<pool>/<first>` | array of up to [`keys::PG_CHUNK`] [`PgRecord`]s, PGs `first..first+1024` |
 //! | `reports/<osd>` | the OSD's latest [`OsdReport`] (not part of the map) |
 //! | `mgr/leader` | the active manager's name, attached to its lease ([`Leadership`]) |
@@ -77,6 +77,7 @@ pub mod model;
 pub mod osd_admin;
 pub mod pgmap;
 pub mod runtime_config;
+pub mod snapshots;
 pub mod space;
 pub mod testkit;
 
@@ -91,6 +92,7 @@ pub use model::{
 };
 pub use model::{NvmeWear, OsdIo};
 pub use pgmap::{PgChanges, PgMapError, recompute, trim_clean_pgs, trim_past_intervals};
+pub use snapshots::{MAX_SNAPSHOTS_PER_VOLUME, SnapshotRecord, parse_snap_spec};
 
 /// Why a cluster-map operation failed. Variants are meant to be shown to an
 /// operator as they are.
@@ -99,15 +101,15 @@ pub enum ClusterError {
     /// The named pool, volume or OSD does not exist.
     #[error("{kind} {name} not found")]
     NotFound {
-        /// What was looked for: "pool", "volume", "osd".
+        /// What was looked for: "pool", "volume", "snapshot", "osd".
         kind: &'static str,
         /// Its name or id.
         name: String,
     },
-    /// A pool or volume of that name already exists.
+    /// A pool, volume or snapshot of that name already exists.
     #[error("{kind} {name} already exists")]
     AlreadyExists {
-        /// "pool" or "volume".
+        /// "pool", "volume" or "snapshot".
         kind: &'static str,
         /// The name.
         name: String,

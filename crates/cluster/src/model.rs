@@ -302,6 +302,15 @@ pub struct VolumeRecord {
     pub size_bytes: u64,
     /// Bytes per object (default [`DEFAULT_OBJECT_SIZE`]); fixed at creation.
     pub object_size: u64,
+    /// The volume's snapshot sequence: bumped by every snapshot create
+    /// (and never lowered), so it is the newest snapshot id ever taken; 0
+    /// before the first. Writes carry it (see [`crate::snapshots`]).
+    #[serde(default, skip_serializing_if = "crate::snapshots::is_zero")]
+    pub snap_seq: u64,
+    /// The volume's snapshots, ascending by id (at most
+    /// [`crate::snapshots::MAX_SNAPSHOTS_PER_VOLUME`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub snapshots: Vec<crate::snapshots::SnapshotRecord>,
 }
 
 impl VolumeRecord {
@@ -1053,6 +1062,7 @@ impl ClusterMap {
             if !self.pools.contains_key(&v.pool) {
                 return Err(bad(key(), format!("its pool {} does not exist", v.pool)));
             }
+            crate::snapshots::check_snapshots(v).map_err(|why| bad(key(), why))?;
         }
         for rec in self.pgs.values() {
             let key = || crate::keys::pg_chunk_key(rec.pg);
@@ -1213,6 +1223,14 @@ mod tests {
                 pool: PoolId(1),
                 size_bytes: 10 << 20,
                 object_size: DEFAULT_OBJECT_SIZE,
+                snap_seq: 2,
+                snapshots: vec![crate::SnapshotRecord {
+                    id: 2,
+                    name: "nightly".into(),
+                    created_unix: 1_700_000_000,
+                    size_bytes: 10 << 20,
+                    protected: true,
+                }],
             },
         );
         m.pgs.insert(
@@ -1267,8 +1285,13 @@ mod tests {
         assert!(pool.contains(r#""failure_domain":"host""#), "{pool}");
 
         let whole = serde_json::to_string(&m).unwrap();
+        assert!(
+            whole.contains(r#""snap_seq":2,"snapshots":[{"id":2,"name":"nightly""#),
+            "{whole}"
+        );
         let back: ClusterMap = serde_json::from_str(&whole).unwrap();
         assert_eq!(back, m);
+        assert!(m.validate().is_ok());
     }
 
     #[test]

@@ -433,6 +433,8 @@ mod tests {
                 pool: PoolId(1),
                 size_bytes: 10 * GIB,
                 object_size: 4 * MIB,
+                snap_seq: 0,
+                snapshots: Vec::new(),
             },
         );
         m

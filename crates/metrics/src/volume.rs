@@ -176,6 +176,9 @@ impl<V: BlockVolume> BlockVolume for MeteredVolume<V> {
     fn size(&self) -> u64 {
         self.inner.size()
     }
+    fn read_only(&self) -> bool {
+        self.inner.read_only()
+    }
 
     async fn read(&self, offset: u64, len: u64) -> Result<AlignedBuf, VolumeError> {
         let t0 = Instant::now();

@@ -143,11 +143,14 @@ impl ExportAccess {
     }
 
     /// May the client with `identity` (a name, or none for a plain or
-    /// anonymous client) see and open the volume `export`?
+    /// anonymous client) see and open the volume `export`? A snapshot
+    /// (`VOLUME@SNAPSHOT`, read-only) is open to whoever may open its
+    /// volume.
     pub fn allows(&self, identity: Option<&str>, export: &str) -> bool {
         let Some(rules) = &self.rules else {
             return true;
         };
+        let export = export.split_once('@').map_or(export, |(volume, _)| volume);
         let mut pool: Option<Option<String>> = None;
         let mut matches = |rule: &ExportRule| match rule {
             ExportRule::All => true,
@@ -230,6 +233,15 @@ mod tests {
         assert!(a.allows(Some("mallory"), "shared"));
         // A volume whose pool is unknown matches no pool rule.
         assert!(!a.allows(Some("bob"), "nowhere"));
+    }
+
+    #[test]
+    fn a_snapshot_is_open_to_whoever_may_open_its_volume() {
+        let a = ExportAccess::parse("alice=a1;bob=hdd/*", Some(pools())).unwrap();
+        assert!(a.allows(Some("alice"), "a1@monday"));
+        assert!(!a.allows(Some("alice"), "a2@monday"));
+        assert!(a.allows(Some("bob"), "b1@monday"));
+        assert!(!a.allows(Some("bob"), "a1@monday"));
     }
 
     #[test]

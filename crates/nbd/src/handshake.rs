@@ -195,14 +195,16 @@ struct Negotiation {
     meta_export: Option<String>,
 }
 
-/// The transmission flags of every export, given the negotiation state.
-pub(crate) fn transmission_flags(structured: bool) -> u16 {
-    let mut f = TX_HAS_FLAGS
-        | TX_SEND_FLUSH
-        | TX_SEND_FUA
-        | TX_SEND_TRIM
-        | TX_SEND_WRITE_ZEROES
-        | TX_CAN_MULTI_CONN;
+/// The transmission flags of an export, given the negotiation state and
+/// whether the volume is read-only (a snapshot: `NBD_FLAG_READ_ONLY`, and
+/// no trim or write-zeroes offered; writes are answered `EPERM`).
+pub(crate) fn transmission_flags(structured: bool, read_only: bool) -> u16 {
+    let mut f = TX_HAS_FLAGS | TX_SEND_FLUSH | TX_SEND_FUA | TX_CAN_MULTI_CONN;
+    if read_only {
+        f |= TX_READ_ONLY;
+    } else {
+        f |= TX_SEND_TRIM | TX_SEND_WRITE_ZEROES;
+    }
     if structured {
         f |= TX_SEND_DF;
     }
@@ -438,7 +440,7 @@ async fn handle_option<C: VolumeCatalog>(
                     let size = export_size(&volume);
                     let bytes = encode_export_name_reply(
                         size,
-                        transmission_flags(st.structured),
+                        transmission_flags(st.structured, volume.read_only()),
                         st.no_zeroes,
                     );
                     let block_status = st.structured && st.meta_export.as_deref() == Some(&name);
@@ -527,7 +529,7 @@ async fn handle_option<C: VolumeCatalog>(
                 &mut out,
                 option,
                 REP_INFO,
-                &info_export_data(size, transmission_flags(st.structured)),
+                &info_export_data(size, transmission_flags(st.structured, volume.read_only())),
             );
             // Always sent: our maximum differs from the protocol's default.
             encode_option_reply(

@@ -383,6 +383,9 @@ mod tests {
         fn size(&self) -> u64 {
             self.0.size()
         }
+        fn read_only(&self) -> bool {
+            self.0.read_only()
+        }
         async fn read(&self, offset: u64, len: u64) -> Result<AlignedBuf, VolumeError> {
             let r = self.0.read(offset, len).await;
             yield_now().await;

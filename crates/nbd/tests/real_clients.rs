@@ -607,6 +607,9 @@ impl BlockVolume for FaultyVolume {
     fn size(&self) -> u64 {
         self.0.size()
     }
+    fn read_only(&self) -> bool {
+        self.0.read_only()
+    }
     async fn read(&self, offset: u64, len: u64) -> Result<AlignedBuf, VolumeError> {
         if hits(offset, len, EIO_AT) {
             return Err(VolumeError::DataLoss("no intact replica".into()));

@@ -327,6 +327,9 @@ impl BlockVolume for GatedVolume {
     fn size(&self) -> u64 {
         self.inner.size()
     }
+    fn read_only(&self) -> bool {
+        self.inner.read_only()
+    }
     async fn read(&self, offset: u64, len: u64) -> Result<AlignedBuf, VolumeError> {
         self.inner.read(offset, len).await
     }

@@ -126,12 +126,14 @@ fn run_case(
                     offset: 0,
                     data_crc: 0,
                     fua: false,
+                    snap_seq: 0,
                 })
             } else {
                 Message::Read(ReadReq {
                     target: target(),
                     offset: 0,
                     len: SIZE as u32,
+                    snap: None,
                 })
             };
             // Warm up (pools, caches).

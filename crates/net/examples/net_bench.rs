@@ -56,12 +56,14 @@ fn run_case(addr: SocketAddr, write: bool, size: usize, depth: usize, secs: f64)
                         offset: 0,
                         data_crc: 0,
                         fua: false,
+                        snap_seq: 0,
                     })
                 } else {
                     Message::Read(ReadReq {
                         target: target(),
                         offset: 0,
                         len: size as u32,
+                        snap: None,
                     })
                 };
                 let d = write.then_some(&data[..]);

@@ -339,11 +339,13 @@ mod cost {
             offset: 0,
             data_crc: 0,
             fua: false,
+            snap_seq: 0,
         });
         let read = Message::Read(ReadReq {
             target: target(),
             offset: 0,
             len: 4096,
+            snap: None,
         });
         for mode in [WireMode::None, WireMode::Authenticated, WireMode::Secure] {
             for (name, msg, with_data) in

@@ -223,6 +223,9 @@ impl<D: BlockDevice + 'static, P: Peers> Shard<D, P> {
                 return a;
             }
         }
+        if let Some(snap) = r.snap {
+            return self.read_at_snap(&r, snap, c.interval).await;
+        }
         match self.store.read(t.oid, r.offset, r.len as u64).await {
             Ok(out) => (Message::Reply(Reply::ok(out.version)), Some(out.data)),
             Err(StoreError::Checksum { .. }) => self.read_after_repair(&t, &c, &r).await,
@@ -285,13 +288,17 @@ impl<D: BlockDevice + 'static, P: Peers> Shard<D, P> {
             kind: SubOpKind::Write,
             extents: vec![(w.offset, len)],
             data_crc: w.data_crc,
+            snap_seq: w.snap_seq,
         };
-        self.mutate(t, w.offset, len, op, Some(data), |version, data| {
+        let span = (w.offset, len, w.snap_seq);
+        self.mutate(t, span, op, Some(data), |version, data| {
             let store = self.store.clone();
             async move {
                 let data =
                     data.ok_or_else(|| StoreError::InvalidArgument("write without data".into()))?;
-                store.write(t.oid, w.offset, data, version).await
+                store
+                    .write_snap(t.oid, w.offset, data, version, w.snap_seq)
+                    .await
             }
         })
         .await
@@ -306,10 +313,16 @@ impl<D: BlockDevice + 'static, P: Peers> Shard<D, P> {
             kind: SubOpKind::Discard,
             extents: vec![(d.offset, d.len)],
             data_crc: crc32c::crc32c(&[]),
+            snap_seq: d.snap_seq,
         };
-        self.mutate(t, d.offset, d.len, op, None, |version, _| {
+        let span = (d.offset, d.len, d.snap_seq);
+        self.mutate(t, span, op, None, |version, _| {
             let store = self.store.clone();
-            async move { store.discard(t.oid, d.offset, d.len, version).await }
+            async move {
+                store
+                    .discard_snap(t.oid, d.offset, d.len, version, d.snap_seq)
+                    .await
+            }
         })
         .await
     }
@@ -335,14 +348,14 @@ impl<D: BlockDevice + 'static, P: Peers> Shard<D, P> {
         (Message::Reply(r), None)
     }
 
-    /// The common path of writes and discards: lock the object, recover it
-    /// if needed, stamp a version, apply locally and on every other member
-    /// at once, and answer once all have it durable.
+    /// The common path of writes and discards: lock the object, check the
+    /// snap context, recover the object if needed, stamp a version, apply
+    /// locally and on every other member at once, and answer once all have
+    /// it durable. `span` is (offset, length, snap context).
     async fn mutate<F, Fut>(
         self: &Rc<Self>,
         t: Target,
-        offset: u64,
-        len: u64,
+        (offset, len, snap_seq): (u64, u64, u64),
         make_op: impl Fn(Target, Version) -> SubOp,
         data: Option<AlignedBuf>,
         local: F,
@@ -360,6 +373,9 @@ impl<D: BlockDevice + 'static, P: Peers> Shard<D, P> {
             Ok(c) => c,
             Err(a) => return a,
         };
+        if let Err(a) = self.check_snap_seq(&t, snap_seq, c.interval) {
+            return a;
+        }
         if let Err(a) = self.ensure_recovered(&t, &c).await {
             return a;
         }

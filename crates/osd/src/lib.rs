@@ -35,6 +35,7 @@ pub mod reclaim;
 mod replica;
 pub mod scrub;
 pub mod shard;
+mod snaps;
 #[doc(hidden)]
 pub mod testkit;
 pub mod view;

@@ -55,6 +55,9 @@ pub struct ShardMap {
     pub pools: FxHashMap<PoolId, PoolParams>,
     /// Pool of each volume that exists.
     pub volumes: FxHashMap<u64, PoolId>,
+    /// Snapshot sequence of each volume that has one above 0 (see
+    /// [`crate::snaps`]); a volume not listed is at 0.
+    pub snap_seqs: FxHashMap<u64, u64>,
     /// The smallest volume id not yet handed out: an id below it that
     /// `volumes` lacks belongs to a removed volume (0: none is known).
     pub next_volume: u64,
@@ -111,6 +114,11 @@ impl ShardMap {
         let pool = *self.volumes.get(&oid.volume.0)?;
         let p = self.pools.get(&pool)?;
         Some(pg_for(pool, p.pgs, oid))
+    }
+
+    /// The snapshot sequence of volume `volume` in this map (0: none taken).
+    pub fn snap_seq(&self, volume: u64) -> u64 {
+        self.snap_seqs.get(&volume).copied().unwrap_or(0)
     }
 
     /// How full the manager last found `osd`.

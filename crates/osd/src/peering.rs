@@ -412,6 +412,7 @@ impl<D: BlockDevice + 'static, P: Peers> Shard<D, P> {
             kind: SubOpKind::Replace,
             extents: ranges,
             data_crc: crc32c::crc32c(&data),
+            snap_seq: 0,
         };
         let msg = Message::SubOp(op);
         let pushes = m.stale.iter().copied().filter(|o| *o != self.me).map(|o| {

@@ -88,7 +88,9 @@ impl<D: BlockDevice + 'static, P: Peers> Shard<D, P> {
         let r = match op.kind {
             SubOpKind::Write => match op.extents.as_slice() {
                 [(off, len)] if *len == data.len() as u64 => {
-                    self.store.write(t.oid, *off, data, op.version).await
+                    self.store
+                        .write_snap(t.oid, *off, data, op.version, op.snap_seq)
+                        .await
                 }
                 _ => {
                     return error(
@@ -99,7 +101,11 @@ impl<D: BlockDevice + 'static, P: Peers> Shard<D, P> {
                 }
             },
             SubOpKind::Discard => match op.extents.as_slice() {
-                [(off, len)] => self.store.discard(t.oid, *off, *len, op.version).await,
+                [(off, len)] => {
+                    self.store
+                        .discard_snap(t.oid, *off, *len, op.version, op.snap_seq)
+                        .await
+                }
                 _ => return error(Status::Malformed, known, "discard needs one extent"),
             },
             SubOpKind::Replace => match split_extents(&op.extents, &data) {

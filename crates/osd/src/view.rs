@@ -26,6 +26,9 @@ pub fn shard_map(map: &ClusterMap) -> ShardMap {
     }
     for (id, v) in &map.volumes {
         m.volumes.insert(id.0, v.pool);
+        if v.snap_seq > 0 {
+            m.snap_seqs.insert(id.0, v.snap_seq);
+        }
     }
     for (id, o) in &map.osds {
         m.addrs.insert(*id, o.addrs.clone());

@@ -94,6 +94,7 @@ fn write(epoch: u64, data: &[u8]) -> Message {
         offset: 0,
         data_crc: crc32c::crc32c(data),
         fua: false,
+        snap_seq: 0,
     })
 }
 
@@ -106,6 +107,7 @@ fn read(epoch: u64) -> Message {
         },
         offset: 0,
         len: 4096,
+        snap: None,
     })
 }
 

@@ -134,6 +134,7 @@ impl TestClient {
                         offset: off,
                         data_crc: crc,
                         fua: false,
+                        snap_seq: 0,
                     })
                 },
                 Some(data),
@@ -159,6 +160,7 @@ impl TestClient {
                         target,
                         offset: off,
                         len,
+                        snap: None,
                     })
                 },
                 None,
@@ -402,6 +404,7 @@ fn a_pg_that_cannot_hear_from_a_past_interval_is_incomplete_and_serves_nothing()
                     },
                     offset: 0,
                     len: 4096,
+                    snap: None,
                 }),
                 None,
                 Duration::from_secs(5),

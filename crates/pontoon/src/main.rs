@@ -30,6 +30,7 @@ mod cmd_osd_create;
 mod cmd_pg;
 mod cmd_pool;
 mod cmd_smart;
+mod cmd_snap;
 mod cmd_status;
 mod cmd_up;
 mod cmd_vhost;
@@ -89,6 +90,8 @@ enum Command {
     Balancer(cmd_balancer::BalancerArgs),
     /// Create, list, inspect, resize and remove volumes.
     Volume(cmd_volume::VolumeArgs),
+    /// Create, list, protect and remove volume snapshots (VOLUME@SNAPSHOT).
+    Snap(cmd_snap::SnapArgs),
     /// Show the cluster's OSDs, PG states and recovery.
     Status(cmd_status::StatusArgs),
     /// Cluster health: HEALTH_OK / HEALTH_WARN / HEALTH_ERR and why.
@@ -161,6 +164,7 @@ fn main() {
         Command::Pg(a) => cmd_pg::run(a),
         Command::Balancer(a) => cmd_balancer::run(a),
         Command::Volume(a) => cmd_volume::run(a),
+        Command::Snap(a) => cmd_snap::run(a),
         Command::Status(a) => cmd_status::run(a),
         Command::Health(a) => cmd_health::run(a),
         Command::Df(a) => cmd_df::run_df(a),

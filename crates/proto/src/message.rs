@@ -12,13 +12,16 @@ use pontoon_types::{Epoch, ObjectId, OsdId, PgId, Version};
 use crate::frame::{MAX_META, ProtoError};
 
 /// Protocol revision spoken; a peer with another one is refused at hello.
-pub const PROTOCOL_VERSION: u32 = 4;
+pub const PROTOCOL_VERSION: u32 = 5;
 /// Longest error text carried in a reply.
 const MAX_MESSAGE_TEXT: usize = 1024;
 /// Most extents or ranges one message may list.
 const MAX_RANGES: u32 = 65_536;
 /// Most objects one peering answer may list.
 const MAX_PEER_OBJECTS: u32 = 32_768;
+/// The store's snapshot id of the head (newer than any snapshot): never a
+/// snapshot sequence or snapshot id on the wire.
+const HEAD_SNAP: u64 = u64::MAX;
 
 /// Message type numbers on the wire.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -136,6 +139,9 @@ pub struct ReadReq {
     pub offset: u64,
     /// Bytes to read.
     pub len: u32,
+    /// Read the object as this snapshot of its volume sees it (`None`:
+    /// the head). Snapshot ids start at 1; 0 is refused on the wire.
+    pub snap: Option<u64>,
 }
 
 /// Write the frame's data at `offset` of an object.
@@ -150,6 +156,9 @@ pub struct WriteReq {
     /// Forced unit access requested by the host (writes are always durable
     /// when acknowledged; carried for accounting).
     pub fua: bool,
+    /// The volume's snapshot sequence in the sender's map (its snap
+    /// context): blocks a snapshot up to it reads are kept.
+    pub snap_seq: u64,
 }
 
 /// Deallocate `len` bytes at `offset` of an object.
@@ -161,6 +170,9 @@ pub struct DiscardReq {
     pub offset: u64,
     /// Bytes to discard.
     pub len: u64,
+    /// The volume's snapshot sequence in the sender's map (see
+    /// [`WriteReq::snap_seq`]).
+    pub snap_seq: u64,
 }
 
 /// What a replica operation does.
@@ -190,6 +202,9 @@ pub struct SubOp {
     pub extents: Vec<(u64, u64)>,
     /// crc32c of the frame data.
     pub data_crc: u32,
+    /// Snapshot sequence writes and discards apply under (the client's,
+    /// as the primary accepted it); 0 for replaces and deletes.
+    pub snap_seq: u64,
 }
 
 /// Asks an OSD for the versions of a PG's objects it holds, and fences it:
@@ -274,6 +289,9 @@ pub enum Status {
     /// (rotated out, or the entity removed): reconnect with the current
     /// key, and retry.
     KeyRevoked = 14,
+    /// The receiver knows a newer snapshot sequence for the volume than
+    /// the request carries: refresh the map and send it again under it.
+    StaleSnapSeq = 15,
 }
 
 impl Status {
@@ -294,6 +312,7 @@ impl Status {
             12 => Self::Malformed,
             13 => Self::PermissionDenied,
             14 => Self::KeyRevoked,
+            15 => Self::StaleSnapSeq,
             _ => return Err(ProtoError::Malformed("reply", "unknown status")),
         })
     }
@@ -310,6 +329,7 @@ impl Status {
                 | Self::ShuttingDown
                 | Self::Fenced
                 | Self::KeyRevoked
+                | Self::StaleSnapSeq
         )
     }
 }
@@ -485,6 +505,15 @@ impl R<'_> {
         }
         (0..n).map(|_| Ok((self.u64()?, self.u64()?))).collect()
     }
+    /// A snapshot sequence: [`HEAD_SNAP`] is the stores' name for the
+    /// head, never a sequence.
+    fn snap_seq(&mut self) -> Result<u64, ProtoError> {
+        let v = self.u64()?;
+        if v == HEAD_SNAP {
+            return Err(self.err("snapshot sequence out of range"));
+        }
+        Ok(v)
+    }
     fn end(&self) -> Result<(), ProtoError> {
         if self.d.remaining() != 0 {
             return Err(self.err("trailing bytes"));
@@ -539,17 +568,20 @@ impl Message {
                 w.target(&r.target);
                 w.u64(r.offset);
                 w.u32(r.len);
+                w.u64(r.snap.unwrap_or(0));
             }
             Message::Write(r) => {
                 w.target(&r.target);
                 w.u64(r.offset);
                 w.u32(r.data_crc);
                 w.u8(r.fua as u8);
+                w.u64(r.snap_seq);
             }
             Message::Discard(r) => {
                 w.target(&r.target);
                 w.u64(r.offset);
                 w.u64(r.len);
+                w.u64(r.snap_seq);
             }
             Message::Allocation(t) | Message::Pull(t) => w.target(t),
             Message::Ping => {}
@@ -578,6 +610,7 @@ impl Message {
                 w.u8(s.kind as u8);
                 w.ranges(&s.extents);
                 w.u32(s.data_crc);
+                w.u64(s.snap_seq);
             }
             Message::PeerQuery(q) => {
                 w.u32(q.pg.pool.0);
@@ -660,17 +693,23 @@ impl Message {
                 target: r.target()?,
                 offset: r.u64()?,
                 len: r.u32()?,
+                snap: match r.snap_seq()? {
+                    0 => None,
+                    id => Some(id),
+                },
             }),
             MsgType::Write => Message::Write(WriteReq {
                 target: r.target()?,
                 offset: r.u64()?,
                 data_crc: r.u32()?,
                 fua: r.u8()? != 0,
+                snap_seq: r.snap_seq()?,
             }),
             MsgType::Discard => Message::Discard(DiscardReq {
                 target: r.target()?,
                 offset: r.u64()?,
                 len: r.u64()?,
+                snap_seq: r.snap_seq()?,
             }),
             MsgType::Allocation => Message::Allocation(r.target()?),
             MsgType::Pull => Message::Pull(r.target()?),
@@ -723,12 +762,14 @@ impl Message {
                 };
                 let extents = r.ranges()?;
                 let data_crc = r.u32()?;
+                let snap_seq = r.snap_seq()?;
                 Message::SubOp(SubOp {
                     target,
                     version,
                     kind,
                     extents,
                     data_crc,
+                    snap_seq,
                 })
             }
             MsgType::PeerQuery => {
@@ -798,17 +839,26 @@ mod tests {
                 target: target(),
                 offset: 4096,
                 len: 8192,
+                snap: None,
+            }),
+            Message::Read(ReadReq {
+                target: target(),
+                offset: 4096,
+                len: 8192,
+                snap: Some(3),
             }),
             Message::Write(WriteReq {
                 target: target(),
                 offset: 0,
                 data_crc: 0xabcd,
                 fua: true,
+                snap_seq: 7,
             }),
             Message::Discard(DiscardReq {
                 target: target(),
                 offset: 8192,
                 len: 1 << 20,
+                snap_seq: 0,
             }),
             Message::Allocation(target()),
             Message::Pull(target()),
@@ -833,6 +883,7 @@ mod tests {
                 kind: SubOpKind::Replace,
                 extents: vec![(0, 4096), (65536, 8192)],
                 data_crc: 7,
+                snap_seq: 12,
             }),
             Message::PeerQuery(PeerQuery {
                 pg: PgId::new(1, 2),
@@ -903,6 +954,34 @@ mod tests {
             Message::decode(999, &[]),
             Err(ProtoError::UnknownType(999))
         ));
+    }
+
+    #[test]
+    fn a_snapshot_sequence_of_the_head_id_is_refused() {
+        for m in [
+            Message::Read(ReadReq {
+                target: target(),
+                offset: 0,
+                len: 4096,
+                snap: Some(u64::MAX),
+            }),
+            Message::Write(WriteReq {
+                target: target(),
+                offset: 0,
+                data_crc: 0,
+                fua: false,
+                snap_seq: u64::MAX,
+            }),
+            Message::Discard(DiscardReq {
+                target: target(),
+                offset: 0,
+                len: 4096,
+                snap_seq: u64::MAX,
+            }),
+        ] {
+            assert!(Message::decode(m.msg_type() as u16, &m.encode()).is_err());
+        }
+        assert!(Status::StaleSnapSeq.is_retryable());
     }
 
     proptest! {

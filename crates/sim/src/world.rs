@@ -169,6 +169,8 @@ impl World {
                 pool: PoolId(1),
                 size_bytes: cfg.objects * cfg.object_size,
                 object_size: cfg.object_size,
+                snap_seq: 0,
+                snapshots: Vec::new(),
             },
         );
         map.volumes.insert(
@@ -179,6 +181,8 @@ impl World {
                 pool: PoolId(1),
                 size_bytes: cfg.objects * cfg.object_size,
                 object_size: cfg.object_size,
+                snap_seq: 0,
+                snapshots: Vec::new(),
             },
         );
         map.next = NextIds {

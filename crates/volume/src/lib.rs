@@ -66,6 +66,12 @@ pub trait BlockVolume: 'static {
     /// Size in bytes.
     fn size(&self) -> u64;
 
+    /// Whether the volume refuses changes (a snapshot): writes, discards
+    /// and write-zeroes fail with [`VolumeError::ReadOnly`], and front-ends
+    /// advertise it (NBD's `NBD_FLAG_READ_ONLY`). Required, not defaulted,
+    /// so that a wrapper cannot forget to pass it on.
+    fn read_only(&self) -> bool;
+
     /// Reads `len` bytes at `offset`; holes read as zeros.
     fn read(&self, offset: u64, len: u64) -> impl Future<Output = Result<AlignedBuf, VolumeError>>;
 
@@ -170,6 +176,10 @@ impl MemVolume {
 impl BlockVolume for MemVolume {
     fn size(&self) -> u64 {
         self.size
+    }
+
+    fn read_only(&self) -> bool {
+        false
     }
 
     async fn read(&self, offset: u64, len: u64) -> Result<AlignedBuf, VolumeError> {

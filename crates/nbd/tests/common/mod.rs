@@ -70,6 +70,9 @@ impl BlockVolume for CountingVolume {
     fn size(&self) -> u64 {
         self.inner.size()
     }
+    fn read_only(&self) -> bool {
+        self.inner.read_only()
+    }
     async fn read(&self, offset: u64, len: u64) -> Result<AlignedBuf, VolumeError> {
         self.read_bytes.fetch_add(len, Ordering::Relaxed);
         self.inner.read(offset, len).await

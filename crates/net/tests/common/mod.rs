@@ -39,6 +39,7 @@ pub fn read_req(index: u64, offset: u64, len: u32) -> Message {
         target: target(index),
         offset,
         len,
+        snap: None,
     })
 }
 
@@ -48,6 +49,7 @@ pub fn write_req(index: u64, offset: u64, data: &[u8]) -> Message {
         offset,
         data_crc: crc32c::crc32c(data),
         fua: false,
+        snap_seq: 0,
     })
 }
 
@@ -57,6 +59,7 @@ pub fn slow_req(ms: u64) -> Message {
         target: target(0),
         offset: 0,
         len: ms,
+        snap_seq: 0,
     })
 }
 
