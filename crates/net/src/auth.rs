@@ -445,6 +445,9 @@ pub mod counters {
     pub static TIMED_OUT: AtomicU64 = AtomicU64::new(0);
     /// Frames that failed their integrity check (the connection closed).
     pub static INTEGRITY_FAILURES: AtomicU64 = AtomicU64::new(0);
+    /// Connections closed at accept: the listener had its
+    /// [`crate::Limits::max_connections`] open.
+    pub static REFUSED_CONNECTIONS: AtomicU64 = AtomicU64::new(0);
 
     /// Counts a refusal by its cause.
     pub(crate) fn refused(e: &AuthError) {

@@ -211,6 +211,9 @@ pub struct Limits {
     /// Server: how long a new connection has to send its `Hello`. Default
     /// 5 s. Clients bound their hello with the connect timeout instead.
     pub hello_timeout: Duration,
+    /// Server: most connections open at once on one listener; one more is
+    /// closed as soon as it is accepted. Default 1024. Unused by clients.
+    pub max_connections: usize,
 }
 
 impl Default for Limits {
@@ -220,6 +223,7 @@ impl Default for Limits {
             max_buffered_bytes: 64 << 20,
             idle_timeout: None,
             hello_timeout: Duration::from_secs(5),
+            max_connections: 1024,
         }
     }
 }

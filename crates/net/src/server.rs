@@ -106,6 +106,13 @@ pub async fn serve_auth<H: Handler>(
         match listener.accept().await {
             Ok((stream, peer)) => {
                 conns.retain(|h| !h.is_finished());
+                if conns.len() >= limits.max_connections.max(1) {
+                    crate::auth::counters::REFUSED_CONNECTIONS
+                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    debug!(%peer, open = conns.len(), "refused: too many connections");
+                    drop(stream);
+                    continue;
+                }
                 debug!(%peer, "accepted");
                 conns.push(compio::runtime::spawn(serve_session_conn(
                     stream,

@@ -143,6 +143,19 @@ impl AccessTable {
         msg: &Message,
         is_osd: impl Fn(OsdId) -> bool,
     ) -> Result<(), Denied> {
+        if matches!(msg, Message::Ping) {
+            return Ok(());
+        }
+        if peer.mode != self.mode {
+            // opened before `ms_mode` changed: in again, in the new mode
+            return Err(Denied {
+                status: Status::KeyRevoked,
+                why: format!(
+                    "the cluster's ms_mode is {}, this connection's {}: reconnect",
+                    self.mode, peer.mode
+                ),
+            });
+        }
         if peer.mode == WireMode::None {
             return Ok(());
         }
@@ -259,6 +272,8 @@ mod tests {
                     pool: PoolId(id),
                     size_bytes: 1 << 20,
                     object_size: 1 << 20,
+                    snap_seq: 0,
+                    snapshots: Default::default(),
                 },
             );
         }
@@ -291,6 +306,7 @@ mod tests {
                 target: target(vol),
                 offset: 0,
                 len: 4096,
+                snap_seq: 0,
             })
         };
         let all = |_| true;
@@ -335,9 +351,20 @@ mod tests {
         let no = t.authorize(&stale, &discard(1), all).unwrap_err();
         assert_eq!(no.status, Status::KeyRevoked);
         assert!(no.why.contains("rotated out"), "{no:?}");
+        // a connection of mode none, opened before the cluster's mode
+        // changed, must reconnect; pings still answer
+        let old = Peer::unauthenticated(Role::Client);
+        assert_eq!(
+            t.authorize(&old, &discard(2), all).unwrap_err().status,
+            Status::KeyRevoked
+        );
+        assert!(t.authorize(&old, &Message::Ping, all).is_ok());
         // mode none trusts the claim
+        let mut m = m;
+        m.settings.ms_mode = WireMode::None;
         assert!(
-            t.authorize(&Peer::unauthenticated(Role::Client), &discard(2), all)
+            AccessTable::of(&m)
+                .authorize(&old, &discard(2), all)
                 .is_ok()
         );
     }

@@ -103,6 +103,10 @@ pub enum OsdError {
     Identity(String),
 }
 
+/// A connection on which nothing arrives for this long is closed (peers
+/// ping every heartbeat; clients reconnect when they next need it).
+const IDLE_TIMEOUT: Duration = Duration::from_secs(600);
+
 enum Cmd {
     Start(OsdId),
     Map(Arc<ShardMap>),
@@ -319,7 +323,10 @@ fn start_shard(cfg: &OsdConfig, index: u32, slices: u32) -> Result<ShardThread, 
                 let server = compio::runtime::spawn(pontoon_net::serve_auth(
                     listener,
                     shard.clone(),
-                    Limits::default(),
+                    Limits {
+                        idle_timeout: Some(IDLE_TIMEOUT),
+                        ..Limits::default()
+                    },
                     auth.clone(),
                 ));
                 shard.start_heartbeats();

@@ -174,6 +174,37 @@ pub fn add_osd_metrics(
         l(),
         sum(&|m| m.subop_bytes.get()),
     );
+    {
+        use pontoon_net::auth::counters as c;
+        use std::sync::atomic::Ordering::Relaxed;
+        e.counter(
+            "pontoon_osd_connections_authenticated_total",
+            "Connections that proved their entity's key (the cluster's ms_mode is not none).",
+            l(),
+            c::AUTHENTICATED.load(Relaxed),
+        );
+        for (reason, n) in [
+            ("unknown_entity", &c::UNKNOWN_ENTITY),
+            ("bad_proof", &c::BAD_PROOF),
+            ("timeout", &c::TIMED_OUT),
+            ("other", &c::REFUSED_OTHER),
+            ("too_many_connections", &c::REFUSED_CONNECTIONS),
+        ] {
+            e.counter(
+                "pontoon_osd_connections_refused_total",
+                "Connections refused before any request: unknown or removed entity, a proof \
+                 matching no key, no handshake in time, a wrong mode or claim, or the listener full.",
+                with("reason", reason),
+                n.load(Relaxed),
+            );
+        }
+        e.counter(
+            "pontoon_osd_frame_integrity_failures_total",
+            "Frames that failed their integrity check (tampered or corrupted; the connection closed).",
+            l(),
+            c::INTEGRITY_FAILURES.load(Relaxed),
+        );
+    }
     e.counter(
         "pontoon_osd_requests_denied_total",
         "Requests the OSD refused because the peer's entity, key or caps did not allow them.",

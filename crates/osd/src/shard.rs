@@ -301,7 +301,7 @@ impl<D: BlockDevice + 'static, P: Peers> Handler for Shard<D, P> {
         peer: Rc<Peer>,
         frame: Frame,
     ) -> (Message, Option<AlignedBuf>) {
-        if peer.mode.is_protected() {
+        if peer.mode.is_protected() || self.map.borrow().access.mode.is_protected() {
             let map = self.map.borrow().clone();
             if let Err(no) = map
                 .access

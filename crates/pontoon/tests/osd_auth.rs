@@ -27,6 +27,19 @@ use pontoon_proto::{Message, ReadReq, Status, Target, WriteReq};
 use pontoon_testtools::run;
 use pontoon_types::ObjectId;
 
+/// `GET /metrics` of `addr`: the body.
+fn http_get(addr: &str) -> String {
+    use std::io::{Read as _, Write as _};
+    let mut s = std::net::TcpStream::connect(addr).expect("metrics endpoint");
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    write!(s, "GET /metrics HTTP/1.0\r\nHost: {addr}\r\n\r\n").unwrap();
+    let mut raw = String::new();
+    s.read_to_string(&mut raw).unwrap();
+    raw.split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap_or_default()
+}
+
 /// Longest one probe may take.
 const PROBE: Duration = Duration::from_secs(10);
 
@@ -120,6 +133,7 @@ fn read(t: Target) -> (Message, Option<Vec<u8>>) {
             target: t,
             offset: 0,
             len: 4096,
+            snap: None,
         }),
         None,
     )
@@ -134,6 +148,7 @@ fn write(t: Target) -> (Message, Option<Vec<u8>>) {
             offset: 0,
             data_crc: crc,
             fua: false,
+            snap_seq: 0,
         }),
         Some(data),
     )
@@ -439,6 +454,37 @@ fn osds_refuse_strangers_and_hold_clients_to_their_caps() {
     wait_status(&dir, "16 PGs active+clean", |s| {
         s["pgs"]["states"]["active+clean"].as_u64() == Some(16)
     });
+    // What the OSDs refused is counted on their /metrics (the counters
+    // are per process: one OSD's body holds one sample per reason).
+    let status = json(&dir, &["status", "--json"]);
+    let (mut denied_n, mut bad_proof, mut unknown) = (0u64, 0u64, 0u64);
+    for d in status["daemons"].as_array().unwrap() {
+        if d["kind"] != "osd" {
+            continue;
+        }
+        let body = http_get(d["metrics"].as_str().unwrap());
+        let sum = |series: &str, label: &str| -> u64 {
+            body.lines()
+                .filter(|l| l.starts_with(series) && l.contains(label))
+                .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+                .sum()
+        };
+        denied_n += sum("pontoon_osd_requests_denied_total{", "");
+        bad_proof += sum(
+            "pontoon_osd_connections_refused_total{",
+            "reason=\"bad_proof\"",
+        );
+        unknown += sum(
+            "pontoon_osd_connections_refused_total{",
+            "reason=\"unknown_entity\"",
+        );
+    }
+    // per port: two bad proofs (wrong key, posing as osd.0), two unknown
+    // (stranger, removed); two denied requests per port plus the caps ones
+    let ports = osd_ports(&map).len() as u64;
+    assert!(bad_proof >= 2 * ports, "bad_proof {bad_proof}");
+    assert!(unknown >= 2 * ports, "unknown_entity {unknown}");
+    assert!(denied_n >= 2 * ports + 4, "denied {denied_n}");
     eprintln!("{} honest fio rounds, all verified", runs.len());
     up.stop();
 }
