@@ -162,28 +162,6 @@ fn foreign_client_cert(dir: &Path) -> (String, String) {
     (p("evil.pem"), p("evil.key"))
 }
 
-/// One fio run through the NBD gateway: writes 16 MiB and reads it back
-/// verified. Returns (start, end, passed, report).
-fn fio_once(nbd: &str, round: u32) -> (Instant, Instant, bool, String) {
-    let t = Instant::now();
-    let r = run(
-        pontoon_testtools::fio().args([
-            &format!("--name=honest{round}"),
-            "--ioengine=nbd",
-            &format!("--uri=nbd://{nbd}/v"),
-            "--rw=randwrite",
-            "--bs=4k",
-            "--iodepth=8",
-            "--size=16M",
-            "--verify=crc32c",
-            "--verify_fatal=1",
-            &format!("--randseed={}", 1000 + round),
-        ]),
-        Duration::from_secs(60),
-    );
-    (t, Instant::now(), r.success(), r.report())
-}
-
 #[test]
 fn etcd_refuses_strangers_and_confines_daemons_while_honest_io_continues() {
     let started = Instant::now();
@@ -255,7 +233,7 @@ fn etcd_refuses_strangers_and_confines_daemons_while_honest_io_continues() {
         std::thread::spawn(move || {
             let mut runs = Vec::new();
             for round in 0..20 {
-                runs.push(fio_once(&nbd, round));
+                runs.push(fio_nbd_round(&nbd, "v", 1000 + round));
                 if stop.load(Ordering::Relaxed) {
                     break;
                 }

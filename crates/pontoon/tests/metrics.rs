@@ -8,27 +8,13 @@
 
 mod common;
 
-use std::io::{Read, Write};
-use std::net::TcpStream;
+use std::io::Write as _;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{Up, free_port, json, ok, signal};
+use common::{Up, free_port, http_get, json, ok, signal};
 use serde_json::Value;
-
-/// HTTP GET of `path` at `addr` (HTTP/1.0, whole body); `None` on any failure.
-fn http_get(addr: &str, path: &str) -> Option<(u16, String)> {
-    let mut s = TcpStream::connect(addr).ok()?;
-    s.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
-    write!(s, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").ok()?;
-    let mut raw = Vec::new();
-    s.read_to_end(&mut raw).ok()?;
-    let text = String::from_utf8_lossy(&raw).into_owned();
-    let (head, body) = text.split_once("\r\n\r\n")?;
-    let code = head.split_whitespace().nth(1)?.parse().ok()?;
-    Some((code, body.to_string()))
-}
 
 /// Percent-encodes a query-string value.
 fn encode(q: &str) -> String {

@@ -24,21 +24,7 @@ use pontoon_cluster::ClusterMap;
 use pontoon_cluster::auth::{AuthKey, EntityName, Keyring};
 use pontoon_net::{ClientAuth, Key, Limits, NetError, Role, RpcConn, WireMode};
 use pontoon_proto::{Message, ReadReq, Status, Target, WriteReq};
-use pontoon_testtools::run;
 use pontoon_types::ObjectId;
-
-/// `GET /metrics` of `addr`: the body.
-fn http_get(addr: &str) -> String {
-    use std::io::{Read as _, Write as _};
-    let mut s = std::net::TcpStream::connect(addr).expect("metrics endpoint");
-    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    write!(s, "GET /metrics HTTP/1.0\r\nHost: {addr}\r\n\r\n").unwrap();
-    let mut raw = String::new();
-    s.read_to_string(&mut raw).unwrap();
-    raw.split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_string())
-        .unwrap_or_default()
-}
 
 /// Longest one probe may take.
 const PROBE: Duration = Duration::from_secs(10);
@@ -182,28 +168,14 @@ fn allowed(o: &Outcome) {
     }
 }
 
-/// fio through the gateway, writing 16 MiB and verifying it, round after
-/// round until `stop`. Returns (passed, report) per round.
+/// fio rounds through the gateway (16 MiB written and verified each)
+/// until `stop`. Returns (passed, report) per round.
 fn honest_io(nbd: String, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<Vec<(bool, String)>> {
     std::thread::spawn(move || {
         let mut runs = Vec::new();
         for round in 0..40 {
-            let r = run(
-                pontoon_testtools::fio().args([
-                    &format!("--name=honest{round}"),
-                    "--ioengine=nbd",
-                    &format!("--uri=nbd://{nbd}/v"),
-                    "--rw=randwrite",
-                    "--bs=4k",
-                    "--iodepth=8",
-                    "--size=16M",
-                    "--verify=crc32c",
-                    "--verify_fatal=1",
-                    &format!("--randseed={}", 2000 + round),
-                ]),
-                Duration::from_secs(90),
-            );
-            runs.push((r.success(), r.report()));
+            let (_, _, passed, report) = fio_nbd_round(&nbd, "v", 2000 + round);
+            runs.push((passed, report));
             if stop.load(Ordering::Relaxed) {
                 break;
             }
@@ -462,7 +434,9 @@ fn osds_refuse_strangers_and_hold_clients_to_their_caps() {
         if d["kind"] != "osd" {
             continue;
         }
-        let body = http_get(d["metrics"].as_str().unwrap());
+        let addr = d["metrics"].as_str().unwrap();
+        let (_, body) =
+            http_get(addr, "/metrics").unwrap_or_else(|| panic!("no metrics from {addr}"));
         let sum = |series: &str, label: &str| -> u64 {
             body.lines()
                 .filter(|l| l.starts_with(series) && l.contains(label))

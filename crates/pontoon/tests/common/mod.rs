@@ -367,3 +367,40 @@ impl Drop for Up {
         }
     }
 }
+
+/// HTTP GET of `path` at `addr` (HTTP/1.0, whole body); `None` on any failure.
+pub fn http_get(addr: &str, path: &str) -> Option<(u16, String)> {
+    use std::io::{Read as _, Write as _};
+    let mut s = std::net::TcpStream::connect(addr).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
+    write!(s, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").ok()?;
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw).ok()?;
+    let text = String::from_utf8_lossy(&raw).into_owned();
+    let (head, body) = text.split_once("\r\n\r\n")?;
+    let code = head.split_whitespace().nth(1)?.parse().ok()?;
+    Some((code, body.to_string()))
+}
+
+/// One fio round through the NBD gateway at `nbd` on volume `volume`:
+/// writes 16 MiB at QD8 and reads it back verified (seed `seed`).
+/// Returns (start, end, passed, report).
+pub fn fio_nbd_round(nbd: &str, volume: &str, seed: u32) -> (Instant, Instant, bool, String) {
+    let t = Instant::now();
+    let r = pontoon_testtools::run(
+        pontoon_testtools::fio().args([
+            &format!("--name=honest{seed}"),
+            "--ioengine=nbd",
+            &format!("--uri=nbd://{nbd}/{volume}"),
+            "--rw=randwrite",
+            "--bs=4k",
+            "--iodepth=8",
+            "--size=16M",
+            "--verify=crc32c",
+            "--verify_fatal=1",
+            &format!("--randseed={seed}"),
+        ]),
+        Duration::from_secs(90),
+    );
+    (t, Instant::now(), r.success(), r.report())
+}
