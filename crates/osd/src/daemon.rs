@@ -108,7 +108,7 @@ pub enum OsdError {
 const IDLE_TIMEOUT: Duration = Duration::from_secs(600);
 
 enum Cmd {
-    Start(OsdId),
+    Start(OsdId, Arc<crate::access::AccessTable>),
     Map(Arc<ShardMap>),
     Report(oneshot::Sender<ShardReport>),
     Stop,
@@ -271,9 +271,9 @@ fn start_shard(cfg: &OsdConfig, index: u32, slices: u32) -> Result<ShardThread, 
                 };
                 compio::runtime::spawn(bg).detach();
                 let _ = ready_tx.send(Ok(addr));
-                let me = loop {
+                let (me, access) = loop {
                     match rx.next().await {
-                        Some(Cmd::Start(me)) => break me,
+                        Some(Cmd::Start(me, access)) => break (me, access),
                         Some(Cmd::Stop) | None => {
                             let _ = store.close().await;
                             return;
@@ -290,36 +290,26 @@ fn start_shard(cfg: &OsdConfig, index: u32, slices: u32) -> Result<ShardThread, 
                     shard_deadline,
                     shard_metrics,
                 );
-                // Nothing is served before the first map: it says which
-                // wire mode to accept and whose keys.
-                let keys = MapKeys::default();
-                let auth = loop {
-                    match rx.next().await {
-                        Some(Cmd::Map(m)) => {
-                            *keys.0.borrow_mut() = m.access.clone();
-                            let mode = m.access.mode;
-                            let m = Rc::new((*m).clone());
-                            shard.peers().set_map(m.clone());
-                            shard.apply_map(m);
-                            match ServerAuth::new(mode, &me.to_string(), Rc::new(keys.clone())) {
-                                Ok(a) => break Rc::new(a),
-                                Err(e) => {
-                                    tracing::error!(shard = index, "server auth: {e}");
-                                    let _ = store.close().await;
-                                    return;
-                                }
-                            }
-                        }
-                        Some(Cmd::Report(reply)) => {
-                            let _ = reply.send(shard.report());
-                        }
-                        Some(Cmd::Stop) | None => {
+                // Served from the start (peers' pings must be answered
+                // while this OSD waits to go live), in the mode and with
+                // the keys of the map it registered with; its first map
+                // to apply replaces them.
+                let start = Rc::new(ShardMap {
+                    access: access.clone(),
+                    ..ShardMap::default()
+                });
+                *shard.map.borrow_mut() = start.clone();
+                shard.peers().set_map(start);
+                let keys = MapKeys(Rc::new(std::cell::RefCell::new(access.clone())));
+                let auth =
+                    match ServerAuth::new(access.mode, &me.to_string(), Rc::new(keys.clone())) {
+                        Ok(a) => Rc::new(a),
+                        Err(e) => {
+                            tracing::error!(shard = index, "server auth: {e}");
                             let _ = store.close().await;
                             return;
                         }
-                        Some(Cmd::Start(_)) => {}
-                    }
-                };
+                    };
                 let server = compio::runtime::spawn(pontoon_net::serve_auth(
                     listener,
                     shard.clone(),
@@ -351,7 +341,7 @@ fn start_shard(cfg: &OsdConfig, index: u32, slices: u32) -> Result<ShardThread, 
                             let _ = reply.send(shard.report());
                         }
                         Cmd::Stop => break,
-                        Cmd::Start(_) => {}
+                        Cmd::Start(..) => {}
                     }
                 }
                 drop(server);
@@ -398,8 +388,11 @@ async fn control(
     }
     tracing::info!(osd = %me, ?addrs, "registered");
     let metrics = start_metrics(cfg, &store, me, device_bytes, shards).await;
+    let maps = store.watch().await.map_err(cl)?;
+    let first = maps.borrow().clone();
+    let access = Arc::new(crate::access::AccessTable::of(&first));
     for s in &shards.txs {
-        let _ = s.unbounded_send(Cmd::Start(me));
+        let _ = s.unbounded_send(Cmd::Start(me, access.clone()));
     }
     // Whole seconds, rounded up: a lease is never shorter than asked.
     let ttl = cfg
@@ -407,8 +400,6 @@ async fn control(
         .as_millis()
         .div_ceil(1000)
         .clamp(1, u128::from(u64::MAX)) as u64;
-    let maps = store.watch().await.map_err(cl)?;
-    let first = maps.borrow().clone();
     let mut source = EtcdSource {
         store,
         me,
