@@ -88,7 +88,8 @@ impl Ctx {
     /// Connects to the cluster `spec` names (see `pontoon_connect`).
     pub fn connect(spec: Option<&str>) -> Result<Rc<Self>, Fail> {
         let at = crate::target::resolve(spec)?;
-        let feed = feeds::acquire(&at.endpoints, &at.name, &at.auth)?;
+        let me = crate::target::identity(spec, &at)?;
+        let feed = feeds::acquire(&at.endpoints, &at.name, &at.auth, me)?;
         let rt = Runtime::new().map_err(|e| {
             Fail::new(
                 e.raw_os_error().unwrap_or(libc::EIO),

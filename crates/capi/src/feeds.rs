@@ -79,6 +79,8 @@ struct Entry {
     endpoints: Vec<String>,
     name: String,
     auth: EtcdAuth,
+    /// The entity its clients prove to the OSDs (one feed per identity).
+    entity: Option<String>,
     generation: u64,
     feed: Arc<MapFeed>,
     users: usize,
@@ -117,16 +119,22 @@ impl FeedRef {
 }
 
 /// The process's feed for cluster `name` at `endpoints` (reached with
-/// `auth`), connecting it (and waiting for the first map) if there is none
-/// yet.
-pub(crate) fn acquire(endpoints: &[String], name: &str, auth: &EtcdAuth) -> Result<FeedRef, Fail> {
+/// `auth`) whose clients are `me` to the OSDs, connecting it (and waiting
+/// for the first map) if there is none yet.
+pub(crate) fn acquire(
+    endpoints: &[String],
+    name: &str,
+    auth: &EtcdAuth,
+    me: Option<pontoon_client::ClientIdentity>,
+) -> Result<FeedRef, Fail> {
+    let entity = me.as_ref().map(|m| m.entity.clone());
     watch_forks();
     let generation = FORK_GENERATION.load(Ordering::Relaxed);
     let find = |list: &mut Vec<Entry>| -> Option<FeedRef> {
         forget_stale(list, generation);
-        let e = list
-            .iter_mut()
-            .find(|e| e.endpoints == endpoints && e.name == name && e.auth == *auth)?;
+        let e = list.iter_mut().find(|e| {
+            e.endpoints == endpoints && e.name == name && e.auth == *auth && e.entity == entity
+        })?;
         e.users += 1;
         Some(FeedRef {
             feed: e.feed.clone(),
@@ -138,6 +146,9 @@ pub(crate) fn acquire(endpoints: &[String], name: &str, auth: &EtcdAuth) -> Resu
     }
     // Connect without the lock: it may take seconds.
     let feed = MapFeed::connect_with(endpoints, name, auth)?;
+    if let Some(me) = me {
+        feed.set_identity(me);
+    }
     let mut list = feeds();
     if let Some(r) = find(&mut list) {
         drop(list);
@@ -148,6 +159,7 @@ pub(crate) fn acquire(endpoints: &[String], name: &str, auth: &EtcdAuth) -> Resu
         endpoints: endpoints.to_vec(),
         name: name.to_string(),
         auth: auth.clone(),
+        entity,
         generation,
         feed: feed.clone(),
         users: 1,

@@ -110,12 +110,17 @@ unsafe fn utf8<'a>(p: *const c_char, what: &str) -> Result<&'a str, Fail> {
 /// cluster.toml, or ";ca=FILE;cert=FILE;key=FILE;user=NAME;password_file=FILE"
 /// after the URLs, else $PONTOON_ETCD_CA_FILE, $PONTOON_ETCD_CERT_FILE,
 /// $PONTOON_ETCD_KEY_FILE, $PONTOON_ETCD_USER, $PONTOON_ETCD_PASSWORD_FILE
-/// (or $PONTOON_ETCD_PASSWORD). Blocks until the cluster map is loaded
-/// (etcd is tried for up to 5 s per endpoint).
+/// (or $PONTOON_ETCD_PASSWORD). Who the client is to the OSDs (needed
+/// when the cluster's ms_mode is not "none"): ";entity=NAME;keyring=FILE",
+/// else $PONTOON_NAME and $PONTOON_KEYRING; the entity defaults to
+/// client.admin, the keyring to the directory's keys/<entity>.keyring.
+/// Blocks until the cluster map is loaded (etcd is tried for up to 5 s
+/// per endpoint).
 ///
 /// Returns 0 and sets *out, or -errno: -EINVAL (bad string, no cluster
-/// given), -ENOENT (no cluster.toml in the directory), -EHOSTUNREACH or
-/// -ETIMEDOUT (etcd unreachable), or another errno (io_uring unavailable).
+/// given), -ENOENT (no cluster.toml in the directory), -EACCES (a keyring
+/// that cannot be read or lacks the entity), -EHOSTUNREACH or -ETIMEDOUT
+/// (etcd unreachable), or another errno (io_uring unavailable).
 ///
 /// # Safety
 /// `cluster` is NULL or a NUL-terminated string; `out` points to writable

@@ -8,6 +8,12 @@
 //! `ca=FILE`, `cert=FILE`, `key=FILE`, `user=NAME`, `password_file=FILE`
 //! (a password itself only through `$PONTOON_ETCD_PASSWORD`, never in a
 //! string that may end up in a log).
+//!
+//! Who the client is to the OSDs (needed when the cluster's `ms_mode` is
+//! not `none`): `entity=NAME` and `keyring=FILE` in the string, else
+//! `$PONTOON_NAME` and `$PONTOON_KEYRING`; the entity defaults to
+//! `client.admin` and the keyring to the cluster directory's
+//! `keys/<entity>.keyring` when there is one ([`identity`]).
 
 use std::path::{Path, PathBuf};
 
@@ -15,6 +21,73 @@ use pontoon_client::locate::{self, Location};
 use pontoon_cluster::EtcdAuth;
 
 use crate::error::Fail;
+
+/// The `entity=` and `keyring=` parts of an `etcd=` string, and the rest.
+fn split_identity(s: &str) -> Result<(String, Option<String>, Option<String>), Fail> {
+    let (mut rest, mut entity, mut keyring) = (Vec::new(), None, None);
+    for part in s.split(';') {
+        let (slot, v) = match part.split_once('=').map(|(k, v)| (k.trim(), v.trim())) {
+            Some(("entity", v)) => (&mut entity, v),
+            Some(("keyring", v)) => (&mut keyring, v),
+            _ => {
+                rest.push(part);
+                continue;
+            }
+        };
+        if slot.replace(v.to_string()).is_some() {
+            return Err(Fail::inval(format!(
+                "bad cluster string {s:?}: {part:?} given twice"
+            )));
+        }
+    }
+    Ok((rest.join(";"), entity, keyring))
+}
+
+/// The identity the client proves to the OSDs (see the module docs):
+/// `None` when no keyring is given or found.
+pub(crate) fn identity(
+    spec: Option<&str>,
+    at: &Location,
+) -> Result<Option<pontoon_client::ClientIdentity>, Fail> {
+    use pontoon_cluster::auth::{EntityName, Keyring};
+    let (entity, keyring) = match spec {
+        Some(s) if s.trim_start().starts_with("etcd=") => {
+            let (_, e, k) = split_identity(s)?;
+            (e, k)
+        }
+        _ => (None, None),
+    };
+    let env = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
+    let entity = entity
+        .or_else(|| env("PONTOON_NAME"))
+        .unwrap_or_else(|| pontoon_cluster::auth::ADMIN_ENTITY.to_string());
+    let name = EntityName::parse(&entity).map_err(|e| Fail::inval(format!("entity: {e}")))?;
+    let path = keyring
+        .map(PathBuf::from)
+        .or_else(|| env("PONTOON_KEYRING").map(PathBuf::from));
+    let path = match path {
+        Some(p) => p,
+        None => match at
+            .dir
+            .as_deref()
+            .map(|d| d.join("keys").join(format!("{name}.keyring")))
+        {
+            Some(p) if p.exists() => p,
+            _ => return Ok(None),
+        },
+    };
+    let ring = Keyring::load(&path).map_err(|e| Fail::new(libc::EACCES, e.to_string()))?;
+    let key = ring.get(&name).ok_or_else(|| {
+        Fail::new(
+            libc::EACCES,
+            format!("keyring {} has no [{name}] section", path.display()),
+        )
+    })?;
+    Ok(Some(pontoon_client::ClientIdentity {
+        entity: name.to_string(),
+        key: *key.key.as_bytes(),
+    }))
+}
 
 /// Resolves `spec` (`None`: the environment) into endpoints and a name.
 pub(crate) fn resolve(spec: Option<&str>) -> Result<Location, Fail> {
@@ -26,6 +99,8 @@ pub(crate) fn resolve(spec: Option<&str>) -> Result<Location, Fail> {
             ));
         }
         Some(s) if s.trim_start().starts_with("etcd=") => {
+            let (s, _, _) = split_identity(s)?;
+            let s = s.as_str();
             let mut etcd = None;
             let mut name = None;
             let (mut ca, mut cert, mut key, mut user, mut password_file) =
@@ -46,7 +121,7 @@ pub(crate) fn resolve(spec: Option<&str>) -> Result<Location, Fail> {
                     "password_file" => &mut password_file,
                     other => {
                         return Err(Fail::inval(format!(
-                            "bad cluster string {s:?}: unknown key {other:?} (expected etcd=, name=, ca=, cert=, key=, user=, password_file=)"
+                            "bad cluster string {s:?}: unknown key {other:?} (expected etcd=, name=, ca=, cert=, key=, user=, password_file=, entity=, keyring=)"
                         )));
                     }
                 };
@@ -86,6 +161,31 @@ pub(crate) fn resolve(spec: Option<&str>) -> Result<Location, Fail> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_identity_comes_from_the_string() {
+        let spec = "etcd=http://a:1;entity=client.x;keyring=/nonexistent/x.keyring";
+        let at = resolve(Some(spec)).unwrap();
+        assert_eq!(at.endpoints, ["http://a:1"]);
+        let f = identity(Some(spec), &at).unwrap_err();
+        assert_eq!(f.errno, libc::EACCES);
+        assert!(f.msg.contains("/nonexistent/x.keyring"), "{}", f.msg);
+        let dir = tempfile::tempdir().unwrap();
+        let ring = dir.path().join("k.keyring");
+        let key = pontoon_cluster::auth::AuthKey::generate();
+        pontoon_cluster::auth::Keyring::single(
+            pontoon_cluster::auth::EntityName::parse("client.x").unwrap(),
+            key.clone(),
+            None,
+        )
+        .write(&ring)
+        .unwrap();
+        let spec = format!("etcd=http://a:1;entity=client.x;keyring={}", ring.display());
+        let me = identity(Some(&spec), &at).unwrap().unwrap();
+        assert_eq!((me.entity.as_str(), me.key), ("client.x", *key.as_bytes()));
+        let twice = format!("{spec};entity=client.y");
+        assert_eq!(resolve(Some(&twice)).unwrap_err().errno, libc::EINVAL);
+    }
 
     #[test]
     fn etcd_strings_parse_and_bad_ones_are_einval() {

@@ -286,7 +286,13 @@ fn c_example_passes_on_size_1_and_size_3_pools() {
     let exe = compile_example(&lib, &dir);
 
     let started = Instant::now();
-    let _up = Up::start_sized(&dir, 3, "1G", &[]);
+    // In authenticated mode: libpontoon proves client.admin's key, found
+    // in the cluster directory's keys/ like the CLI finds it.
+    let _up = Up::start_sized(&dir, 3, "1G", &["--ms-mode", "authenticated"]);
+    assert_eq!(
+        ok(&dir, &["config", "get", "ms_mode"]).trim(),
+        "authenticated"
+    );
     ok(
         &dir,
         &["pool", "create", "one", "--size", "1", "--pgs", "16"],

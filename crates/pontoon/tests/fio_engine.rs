@@ -144,7 +144,9 @@ fn fio_runs_and_verifies_through_the_pontoon_engine() {
 
     let (_tmp, dir) = tempdir("pontoon-fio-engine-");
     let dir = dir.as_path();
-    let _up = Up::start_with(dir, 3, &[]);
+    // authenticated: the engine proves client.admin's key (libpontoon
+    // finds it in the cluster directory)
+    let _up = Up::start_with(dir, 3, &["--ms-mode", "authenticated"]);
     eprintln!("cluster ready after {:?}", started.elapsed() - built);
     let size = VOLUME.to_string();
     for (pool, replicas) in [("size1", "1"), ("size3", "3")] {
