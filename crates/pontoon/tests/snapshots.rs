@@ -55,6 +55,25 @@ fn qemu_io_ok(port: u16, export: &str, ro: bool, cmds: &[&str]) -> String {
     text
 }
 
+/// Waits (at most 15 s) until the gateway at `port` serves `export`: the
+/// CLI's change is in etcd when it returns, the gateway learns it from its
+/// map watch a moment later.
+fn wait_export(port: u16, export: &str) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(15);
+    loop {
+        let out = qemu_io(port, export, true, &["read 0 4k"]);
+        if out.status.success() {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the gateway does not serve {export}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+}
+
 /// Runs `pontoon ARGS`, which must fail with exactly one line on stderr
 /// and nothing on stdout; returns that line.
 fn one_line_error(dir: &Path, args: &[&str]) -> String {
@@ -142,6 +161,7 @@ fn a_snapshot_over_nbd_keeps_what_the_volume_held_and_refuses_writes() {
     );
 
     // Pattern A over two 4 MiB objects and part of a third.
+    wait_export(port, "v1");
     qemu_io_ok(port, "v1", false, &["write -P 0xa1 0 9M"]);
 
     let made = ok(&dir, &["snap", "create", "v1@s1"]);
@@ -176,6 +196,7 @@ fn a_snapshot_over_nbd_keeps_what_the_volume_held_and_refuses_writes() {
         ],
     );
     // The snapshot reads A, and zeros where A never was.
+    wait_export(port, "v1@s1");
     qemu_io_ok(
         port,
         "v1@s1",
