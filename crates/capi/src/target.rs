@@ -70,7 +70,7 @@ pub(crate) fn identity(
         None => match at
             .dir
             .as_deref()
-            .map(|d| d.join("keys").join(format!("{name}.keyring")))
+            .map(|d| pontoon_cluster::auth::keyring::local_keyring(d, &name))
         {
             Some(p) if p.exists() => p,
             _ => return Ok(None),

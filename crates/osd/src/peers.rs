@@ -116,20 +116,19 @@ impl Peers for NetPeers {
         data: Option<&Rc<AlignedBuf>>,
     ) -> Result<(Message, Option<AlignedBuf>), PeerError> {
         let addr = self.addr(osd, pg)?;
-        let answer = self
-            .pool
-            .call_shared(addr, msg, data.cloned(), PEER_TIMEOUT)
-            .await
-            .map_err(|e| failed(osd, addr, e))?;
+        let call = || async {
+            self.pool
+                .call_shared(addr, msg, data.cloned(), PEER_TIMEOUT)
+                .await
+                .map_err(|e| failed(osd, addr, e))
+        };
+        let answer = call().await?;
         match &answer.0 {
             // this OSD's key was rotated: once more on a connection made
             // with the current one
             Message::Reply(r) if r.status == pontoon_proto::Status::KeyRevoked => {
                 self.pool.close(addr);
-                self.pool
-                    .call_shared(addr, msg, data.cloned(), PEER_TIMEOUT)
-                    .await
-                    .map_err(|e| failed(osd, addr, e))
+                call().await
             }
             _ => Ok(answer),
         }

@@ -36,8 +36,7 @@ use serde::Serialize;
 
 use crate::cluster_args::{ClusterArgs, Target, format_duration, parse_duration};
 
-/// The directory of a local cluster's keyrings (mode 0700).
-pub const KEYS_DIR: &str = "keys";
+pub use pontoon_cluster::auth::keyring::{KEYS_DIR, local_keyring};
 
 /// `pontoon auth ...`.
 #[derive(Args, Debug)]
@@ -180,11 +179,6 @@ fn view(rec: &AuthRecord, now: u64) -> EntityView {
 
 fn entity(s: &str) -> Result<EntityName> {
     Ok(EntityName::parse(s)?)
-}
-
-/// The keyring file of `entity` in a local cluster's directory.
-pub fn local_keyring(dir: &Path, entity: &EntityName) -> PathBuf {
-    dir.join(KEYS_DIR).join(format!("{entity}.keyring"))
 }
 
 /// The keyring text of one record: its current key and caps.

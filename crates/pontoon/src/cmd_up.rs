@@ -427,12 +427,12 @@ impl Gateway {
         )));
         if self.kind != GatewayKind::StandbyMgr {
             // the key the gateway proves to the OSDs (bootstrap_local made it)
-            let entity = format!("gateway.{}", self.kind.command());
-            let keyring = layout
-                .dir
-                .join(crate::cmd_auth::KEYS_DIR)
-                .join(format!("{entity}.keyring"));
-            args.extend(["--name".into(), entity, "--keyring".into()]);
+            let entity = pontoon_cluster::auth::EntityName::parse(&format!(
+                "gateway.{}",
+                self.kind.command()
+            ))?;
+            let keyring = crate::cmd_auth::local_keyring(&layout.dir, &entity);
+            args.extend(["--name".into(), entity.to_string(), "--keyring".into()]);
             args.push(keyring.display().to_string());
         }
         args.extend(self.extra.iter().cloned());

@@ -17,9 +17,19 @@
 use std::collections::BTreeMap;
 use std::io::Write as _;
 use std::os::unix::fs::OpenOptionsExt as _;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use super::{AuthError, AuthKey, EntityName};
+
+/// The directory of a local cluster's keyrings (mode 0700), relative to
+/// the cluster directory.
+pub const KEYS_DIR: &str = "keys";
+
+/// The keyring file of `entity` in a local cluster's directory `dir`
+/// (what `pontoon up` writes and the CLI, gateways and libpontoon read).
+pub fn local_keyring(dir: &Path, entity: &EntityName) -> PathBuf {
+    dir.join(KEYS_DIR).join(format!("{entity}.keyring"))
+}
 
 /// Largest keyring file read, in bytes.
 pub const MAX_KEYRING_BYTES: u64 = 1 << 20;
