@@ -9,17 +9,20 @@
 # ratios to mode none, medians over the rounds.
 #
 # Usage: bench/ms-mode.sh [--time 8s] [--rounds 3] [--dir DIR] [--profile release|ci]
+#                         [--modes "none authenticated secure"] [--rw "randread randwrite"]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . bench/lib.sh
-time=8s; rounds=3; dir=""; profile=release
+time=8s; rounds=3; dir=""; profile=release; modes="none authenticated secure"; rws="randread randwrite"
 while [ $# -gt 0 ]; do
   case "$1" in
     --time) time="$2"; shift 2 ;;
     --rounds) rounds="$2"; shift 2 ;;
     --dir) dir="$2"; shift 2 ;;
     --profile) profile="$2"; shift 2 ;;
-    *) echo "usage: $0 [--time 8s] [--rounds 3] [--dir DIR] [--profile release|ci]" >&2; exit 2 ;;
+    --modes) modes="$2"; shift 2 ;;
+    --rw) rws="$2"; shift 2 ;;
+    *) echo "usage: $0 [--time 8s] [--rounds 3] [--dir DIR] [--profile release|ci] [--modes LIST] [--rw LIST]" >&2; exit 2 ;;
   esac
 done
 scripts/deps.sh demo >/dev/null
@@ -58,11 +61,11 @@ clean
 "$P" bench --volume v3 --rw write --bs 1M --qd 8 --fill "${C[@]}" >/dev/null
 
 for r in $(seq "$rounds"); do
-  for mode in none authenticated secure; do
+  for mode in $modes; do
     "$P" config set ms_mode "$mode" "${C[@]}" >/dev/null
     clean
     for v in v1 v3; do
-      for rw in randread randwrite; do
+      for rw in $rws; do
         "$P" bench --volume "$v" --rw "$rw" --bs 4k --qd 32 --time "$time" --json "${C[@]}" \
           > "$out/$mode-$v-$rw-$r.json"
       done
@@ -71,21 +74,26 @@ for r in $(seq "$rounds"); do
   done
 done
 
-python3 - "$out" "$rounds" <<'EOF'
+python3 - "$out" "$rounds" "$modes" "$rws" <<'EOF'
 import json, statistics, sys
 out, rounds = sys.argv[1], int(sys.argv[2])
+modes, rws = sys.argv[3].split(), sys.argv[4].split()
 def load(mode, v, rw):
     rs = [json.load(open(f"{out}/{mode}-{v}-{rw}-{r}.json")) for r in range(1, rounds + 1)]
     med = lambda f: statistics.median(f(x) for x in rs)
     return (med(lambda x: x["iops"]), med(lambda x: x["client_cpu_us_per_io"]),
             med(lambda x: x["osd_cpu_us_per_io"]))
 print(f"\n4 KiB QD32 through the client library, medians of {rounds} rounds")
-print(f"{'volume':8} {'rw':10} {'mode':14} {'IOPS':>8} {'x none':>7} {'client us':>9} {'OSD us':>7} {'x none':>7}")
+print("(x none: ratio of the medians; paired: median of each round's ratio to that round's none)")
+print(f"{'volume':8} {'rw':10} {'mode':14} {'IOPS':>8} {'x none':>7} {'paired':>7} {'client us':>9} {'OSD us':>7} {'x none':>7}")
+def paired(mode, v, rw):
+    iops = lambda m, r: json.load(open(f"{out}/{m}-{v}-{rw}-{r}.json"))["iops"]
+    return statistics.median(iops(mode, r) / iops("none", r) for r in range(1, rounds + 1))
 for v in ["v1", "v3"]:
-    for rw in ["randread", "randwrite"]:
+    for rw in rws:
         base = load("none", v, rw)
-        for mode in ["none", "authenticated", "secure"]:
+        for mode in modes:
             iops, cli, osd = load(mode, v, rw)
             size = "size 1" if v == "v1" else "size 3"
-            print(f"{size:8} {rw:10} {mode:14} {iops:8.0f} {iops / base[0]:7.3f} {cli:9.1f} {osd:7.1f} {osd / base[2]:7.3f}")
+            print(f"{size:8} {rw:10} {mode:14} {iops:8.0f} {iops / base[0]:7.3f} {paired(mode, v, rw):7.3f} {cli:9.1f} {osd:7.1f} {osd / base[2]:7.3f}")
 EOF
