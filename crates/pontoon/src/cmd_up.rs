@@ -116,9 +116,10 @@ pub struct UpArgs {
     #[arg(long)]
     etcd_insecure: bool,
     /// How OSD connections authenticate: none, authenticated (every
-    /// connection proves its entity's key, every frame signed) or secure
-    /// (also encrypted). Sets the map's `ms_mode` (`pontoon config set
-    /// ms_mode` changes it later); unset, the cluster keeps its mode.
+    /// connection proves its entity's key, every frame signed; the default
+    /// for a new cluster) or secure (also encrypted). Sets the map's
+    /// `ms_mode` (`pontoon config set ms_mode` changes it later); unset,
+    /// an existing cluster keeps its mode.
     #[arg(long, value_name = "MODE")]
     ms_mode: Option<pontoon_types::WireMode>,
 }
@@ -170,7 +171,7 @@ pub fn run(args: UpArgs) -> Result<()> {
             args.history_interval.as_deref().unwrap_or("60s"),
         )?,
         rated_dwpd: args.rated_dwpd,
-        ms_mode: args.ms_mode,
+        ms_mode: ms_mode(&args, previous.is_some()),
         out_after_given: args.out_after.is_some(),
         gateways: [
             args.nbd.map(|a| Gateway::new(GatewayKind::Nbd, a)),
@@ -277,6 +278,14 @@ fn settings(args: &UpArgs, prev: Option<&ClusterFile>) -> Result<ClusterFile> {
         api_token: None,
         etcd_auth: etcd_mode(args, prev)?,
     })
+}
+
+/// The wire mode to set before the OSDs start: `--ms-mode`, else
+/// authenticated for a new cluster (keys are made for every daemon before
+/// any starts), else none (an existing cluster keeps its mode).
+fn ms_mode(args: &UpArgs, existing: bool) -> Option<pontoon_types::WireMode> {
+    args.ms_mode
+        .or((!existing).then_some(pontoon_types::WireMode::Authenticated))
 }
 
 /// What `cluster.toml` records about etcd's security: the admin's
