@@ -82,6 +82,7 @@ fn the_data_path_outlives_a_short_etcd_outage_fences_in_a_long_one_and_recovers(
         osd_size: "256M",
         lease_ttl: TTL,
         out_after: Duration::from_secs(30),
+        ..Opts::default()
     });
     c.three_replica_volume(16, "256M");
     let feed = c.feed();

@@ -1146,8 +1146,13 @@ impl MapStore {
             match requested_id.and_then(|r| m.osds.get_mut(&r)) {
                 Some(rec) => {
                     if rec.host == host && rec.addrs == addrs && rec.device_bytes == device_bytes {
-                        id = Some(rec.id);
-                        return Ok(false);
+                        let osd = rec.id;
+                        id = Some(osd);
+                        if m.auth.contains_key(&crate::auth::EntityName::osd(osd.0)) {
+                            return Ok(false);
+                        }
+                        ensure_osd_key(m, osd);
+                        return Ok(true);
                     }
                     // The weight follows the device's size unless an
                     // operator set it to something else.
@@ -1180,6 +1185,9 @@ impl MapStore {
                     );
                     id = Some(new);
                 }
+            }
+            if let Some(osd) = id {
+                ensure_osd_key(m, osd);
             }
             recompute(m)?;
             Ok(true)
@@ -1507,3 +1515,26 @@ fn member_args(
         "--log-level=warn".into(),
     ]
 }
+
+/// Gives OSD `osd` a key with `allow profile osd` if the map has none
+/// (as `ceph osd new` makes the OSD's cephx key): an OSD added to a
+/// cluster in a protected `ms_mode` can then reach its peers, and a
+/// cluster can switch to one later. Registration already needs write
+/// access to the map, which holds every key.
+fn ensure_osd_key(m: &mut crate::ClusterMap, osd: OsdId) {
+    let entity = crate::auth::EntityName::osd(osd.0);
+    if m.auth.contains_key(&entity) {
+        return;
+    }
+    let added = crate::auth::add(
+        &mut m.auth,
+        &entity,
+        crate::auth::Caps::profile(crate::auth::Profile::Osd),
+        crate::auth::AuthKey::generate(),
+        crate::auth::now_unix(),
+    );
+    if let Err(e) = added {
+        tracing::warn!(%osd, "no key made for {entity}: {e}");
+    }
+}
+

@@ -196,6 +196,16 @@ async fn osds_get_pgs_and_reregistering_keeps_out_state() {
         assert_eq!(rec.up.len(), 3);
         assert!(rec.acting.is_empty(), "nobody holds a liveness lease yet");
     }
+    // Each new OSD got a key of its own, limited to the OSD profile.
+    let keys: Vec<_> = ids
+        .iter()
+        .map(|id| {
+            let rec = &map.auth[&pontoon_cluster::auth::EntityName::osd(id.0)];
+            assert_eq!(rec.caps.to_string(), "allow profile osd");
+            rec.keys.clone()
+        })
+        .collect();
+    assert_ne!(keys[0], keys[1]);
     let mut leases = Vec::new();
     for &id in &ids {
         leases.push(OsdLease::start(&s, id, 10).await.unwrap());

@@ -28,7 +28,9 @@ use std::rc::Rc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use pontoon_client::{MapFeed, Volume};
+use pontoon_client::{ClientIdentity, MapFeed, Volume};
+use pontoon_cluster::auth::EntityName;
+use pontoon_cluster::auth::keyring::{Keyring, local_keyring};
 use pontoon_cluster::{ClusterMap, MapStore, OsdReport};
 pub use pontoon_testbed::{all_clean, etcd_bin, poll_map, pontoon_bin, tokio_rt};
 use pontoon_types::OsdId;
@@ -51,6 +53,9 @@ pub struct Opts {
     pub lease_ttl: Duration,
     /// How long an OSD may be down before the manager marks it out.
     pub out_after: Duration,
+    /// The cluster's `ms_mode` (`pontoon up --ms-mode`; a cluster of
+    /// [`Cluster::own`] runs `none`).
+    pub ms_mode: &'static str,
 }
 
 impl Default for Opts {
@@ -60,6 +65,7 @@ impl Default for Opts {
             osd_size: "512M",
             lease_ttl: Duration::from_secs(3),
             out_after: Duration::from_secs(30),
+            ms_mode: "authenticated",
         }
     }
 }
@@ -114,6 +120,7 @@ impl Cluster {
             .args(["--shards", "1"])
             .args(["--lease-ttl", &dur_arg(opts.lease_ttl)])
             .args(["--out-after", &dur_arg(opts.out_after)])
+            .args(["--ms-mode", opts.ms_mode])
             // These tests reach etcd directly (map feeds, `osd run
             // --etcd`); etcd's TLS and users have tests of their own
             // (crates/pontoon/tests/etcd_security.rs).
@@ -385,10 +392,23 @@ impl Cluster {
         }
     }
 
-    /// A map feed watching this cluster.
+    /// A map feed watching this cluster, proving `client.admin`'s key
+    /// when the cluster directory has one (`pontoon up` clusters run
+    /// `ms_mode authenticated`).
     pub fn feed(&self) -> Arc<MapFeed> {
         let (eps, name) = self.endpoints();
-        MapFeed::connect(&eps, &name).expect("map feed")
+        let feed = MapFeed::connect(&eps, &name).expect("map feed");
+        let admin = EntityName::parse("client.admin").expect("entity name");
+        let path = local_keyring(self.path(), &admin);
+        if path.exists() {
+            let ring = Keyring::load(&path).expect("admin keyring");
+            let entry = ring.get(&admin).expect("client.admin in its keyring");
+            feed.set_identity(ClientIdentity {
+                entity: admin.to_string(),
+                key: *entry.key.as_bytes(),
+            });
+        }
+        feed
     }
 
     /// Runs `pontoon ARGS --cluster DIR`.
