@@ -164,7 +164,7 @@ impl<D: BlockDevice + 'static, P: Peers> Shard<D, P> {
         oid: ObjectId,
         deep: bool,
     ) -> Result<ObjectDigest, StoreError> {
-        let Some(version) = self.store.version(oid) else {
+        let Some(version) = self.store.held_version(oid) else {
             return Ok(ObjectDigest {
                 version: Version::ZERO,
                 blocks: 0,
