@@ -888,3 +888,137 @@ fn an_object_too_large_for_one_copy_stays_missing_and_is_never_lost() {
         }
     });
 }
+
+/// Makes OSD `osd` lose every clone of the test objects while its heads
+/// stay at their versions, as recovery that copied heads only left
+/// replicas: a head-only replace at the same version, in the name of the
+/// object's primary.
+async fn drop_clones(m: &ShardMap, osd: u32) {
+    for idx in 0..OBJECTS {
+        let oid = ObjectId::new(VOLUME, idx);
+        let (answer, data) = pull(m.addrs[&OsdId(osd)][0], oid).await;
+        let Message::SnapCopy(c) = answer else {
+            // Untouched since before the first snapshot: no clones.
+            continue;
+        };
+        let head_bytes: u64 = c.extents.iter().map(|(_, len)| len).sum();
+        let head = &data[..head_bytes as usize];
+        let pg = pg_for(POOL, PGS, oid);
+        let entry = &m.pgs[&pg];
+        let op = Message::SubOp(SubOp {
+            target: Target {
+                pg,
+                epoch: entry.interval,
+                oid,
+            },
+            version: c.version,
+            kind: SubOpKind::Replace,
+            extents: c.extents,
+            data_crc: crc32c::crc32c(head),
+            snap_seq: 0,
+            snaps: None,
+        });
+        let conn = RpcConn::connect(
+            m.addrs[&OsdId(osd)][0],
+            Role::Osd(entry.acting[0]),
+            Duration::from_secs(5),
+        )
+        .await
+        .expect("connect");
+        let (reply, _) = conn
+            .call(&op, Some(head), Duration::from_secs(20))
+            .await
+            .expect("osd answers");
+        let Message::Reply(r) = reply else {
+            panic!("not a reply")
+        };
+        assert_eq!(
+            r.status,
+            Status::Ok,
+            "dropping {oid}'s clones: {}",
+            r.message
+        );
+    }
+}
+
+/// A replica that lost its clones but kept its heads at the right versions
+/// (what head-only recovery left behind) reads wrong snapshots and looks
+/// clean to peering; a deep scrub finds every such object and repairs it
+/// with whole copies, after which it alone serves every snapshot exactly.
+#[test]
+fn a_deep_scrub_finds_a_replica_without_its_clones_and_repairs_it() {
+    assert_objects_cover_every_pg();
+    let dir = tempfile::tempdir().unwrap();
+    let path = |i: u32| dir.path().join(format!("osd{i}.img"));
+    let mut osds: BTreeMap<u32, TestOsd> = (0..3)
+        .map(|i| (i, TestOsd::start(i, path(i), Some(256 << 20))))
+        .collect();
+    let addrs: BTreeMap<u32, SocketAddr> = osds.iter().map(|(i, o)| (*i, o.addr)).collect();
+    let all = [0, 1, 2];
+    let full = |i: u32| rotated(&all, i as usize);
+    let rt = compio::runtime::Runtime::new().unwrap();
+    let mut model = Model::default();
+    let refs: Vec<&TestOsd> = osds.values().collect();
+
+    let m1 = map_with(1, 1, &addrs, &all, Some(0), 2, &|i| (full(i), vec![]));
+    install(&m1, &refs);
+    wait_all_clean(&refs, "interval 1");
+    rt.block_on(before_snapshot(&m1, &mut model));
+    let m2 = map_with(2, 1, &addrs, &all, Some(1), 2, &|i| (full(i), vec![]));
+    install(&m2, &refs);
+    model.snapshot(1);
+    rt.block_on(after_snapshot_1(&m2, &mut model));
+    let m3 = map_with(3, 1, &addrs, &all, Some(2), 2, &|i| (full(i), vec![]));
+    install(&m3, &refs);
+    model.snapshot(2);
+    rt.block_on(after_snapshot_2(&m3, &mut model, 1));
+    rt.block_on(drop_clones(&m3, 2));
+    let damaged = (0..OBJECTS).any(|idx| {
+        let oid = ObjectId::new(VOLUME, idx);
+        rt.block_on(async { pull(addrs[&0], oid).await != pull(addrs[&2], oid).await })
+    });
+    assert!(damaged, "osd 2 lost its clones");
+
+    // Every PG is deep-scrubbed on request.
+    let mut m4 = map_with(4, 1, &addrs, &all, Some(2), 2, &|i| (full(i), vec![]));
+    for i in 0..PGS {
+        let request = pontoon_cluster::ScrubRequest {
+            deep: true,
+            epoch: Epoch(4),
+        };
+        m4.scrub_requests.insert(
+            PgId {
+                pool: POOL,
+                index: i,
+            },
+            request,
+        );
+    }
+    install(&m4, &refs);
+    wait_all(&refs, "deep scrubs", |s| {
+        s.scrub
+            .as_ref()
+            .is_some_and(|r| r.deep_scrub_epoch >= Epoch(4))
+    });
+    let repaired: u64 = refs
+        .iter()
+        .flat_map(|o| o.status())
+        .filter_map(|s| s.scrub.map(|r| r.repaired))
+        .sum();
+    assert!(repaired > 0, "the scrubs repaired osd 2");
+    let live: Vec<SocketAddr> = addrs.values().copied().collect();
+    rt.block_on(same_copies(&live, "after the scrubs"));
+
+    // Only osd 2 is left, serving alone.
+    drop(refs);
+    for i in [0, 1] {
+        osds.remove(&i).expect("running").stop();
+    }
+    let refs: Vec<&TestOsd> = osds.values().collect();
+    let alone = map_with(5, 5, &addrs, &[2], Some(2), 1, &|i| {
+        (vec![2], vec![(1, full(i))])
+    });
+    install(&alone, &refs);
+    wait_alone(refs[0], "osd 2 alone");
+    rt.block_on(check_reads(&alone, &model, "osd 2 alone"));
+}

@@ -252,7 +252,7 @@ pub struct DigestReq {
 pub struct ObjectDigest {
     /// The copy's version.
     pub version: Version,
-    /// Allocated 4 KiB blocks.
+    /// Allocated 4 KiB blocks, the head's and its snapshot clones'.
     pub blocks: u64,
     /// Digest of the allocated extents and their bytes (deep only; 0 otherwise).
     pub digest: u64,

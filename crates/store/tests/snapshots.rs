@@ -879,7 +879,7 @@ fn a_malformed_snapshot_image_is_refused_and_changes_nothing() {
                     id: 1,
                     complete: false,
                     extents: vec![(0, data(8, 2)), (16384, data(9, 1))],
-                    holes: vec![8192..12288],
+                    holes: vec![8192..12288, 24576..28672],
                 },
                 CloneImage {
                     id: 3,
@@ -928,7 +928,7 @@ fn a_malformed_snapshot_image_is_refused_and_changes_nothing() {
         }),
         ("a hole outside the object", {
             let mut i = good();
-            i.clones[0].holes = vec![OBJ_BYTES..OBJ_BYTES + 4096];
+            i.clones[0].holes = vec![24576..28672, OBJ_BYTES..OBJ_BYTES + 4096];
             i
         }),
         ("overlapping extents in a later layer", {
