@@ -5,6 +5,7 @@
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
@@ -27,6 +28,9 @@ fn rotated(ids: &[u32], by: usize) -> Vec<u32> {
     a.rotate_left(by % n);
     a
 }
+
+/// The acting set of PG `index`.
+type Acting<'a> = &'a dyn Fn(u32) -> Vec<u32>;
 
 /// How the PGs of a map are laid out: PG `index` → (acting set, past
 /// intervals as (interval, acting set)).
@@ -405,36 +409,12 @@ async fn discard_blocks(m: &ShardMap, model: &mut Model, idx: u64, blocks: (u32,
 async fn delete_head(m: &ShardMap, model: &mut Model, idx: u64, version: Version, seq: u64) {
     model.head.retain(|(i, _), _| *i != idx);
     let oid = ObjectId::new(VOLUME, idx);
-    let pg = pg_for(POOL, PGS, oid);
-    let entry = &m.pgs[&pg];
-    let op = Message::SubOp(SubOp {
-        target: Target {
-            pg,
-            epoch: entry.interval,
-            oid,
-        },
-        version,
-        kind: SubOpKind::Delete,
-        extents: Vec::new(),
-        data_crc: crc32c::crc32c(&[]),
+    let op = SubOp {
         snap_seq: seq,
-        snaps: None,
-    });
-    for member in &entry.acting {
-        let c = RpcConn::connect(
-            m.addrs[member][0],
-            Role::Osd(entry.acting[0]),
-            Duration::from_secs(5),
-        )
-        .await
-        .expect("connect");
-        let (reply, _) = c
-            .call(&op, None, Duration::from_secs(20))
-            .await
-            .expect("osd answers");
-        let Message::Reply(r) = reply else {
-            panic!("not a reply")
-        };
+        ..sub_op(m, oid, version, SubOpKind::Delete)
+    };
+    for member in &m.pgs[&op.target.pg].acting {
+        let r = as_primary(m, *member, &op, None).await;
         assert_eq!(
             r.status,
             Status::Ok,
@@ -442,6 +422,45 @@ async fn delete_head(m: &ShardMap, model: &mut Model, idx: u64, version: Version
             r.message
         );
     }
+}
+
+/// A sub-operation on `oid` in its PG's interval in `m`, without data.
+fn sub_op(m: &ShardMap, oid: ObjectId, version: Version, kind: SubOpKind) -> SubOp {
+    let pg = pg_for(POOL, PGS, oid);
+    SubOp {
+        target: Target {
+            pg,
+            epoch: m.pgs[&pg].interval,
+            oid,
+        },
+        version,
+        kind,
+        extents: Vec::new(),
+        data_crc: crc32c::crc32c(&[]),
+        snap_seq: 0,
+        snaps: None,
+    }
+}
+
+/// Sends `op` to `member` in the name of its object's primary in `m`;
+/// returns the answer.
+async fn as_primary(m: &ShardMap, member: OsdId, op: &SubOp, data: Option<&[u8]>) -> Reply {
+    let primary = m.pgs[&op.target.pg].acting[0];
+    let c = RpcConn::connect(
+        m.addrs[&member][0],
+        Role::Osd(primary),
+        Duration::from_secs(5),
+    )
+    .await
+    .expect("connect");
+    let (reply, _) = c
+        .call(&Message::SubOp(op.clone()), data, Duration::from_secs(20))
+        .await
+        .expect("osd answers");
+    let Message::Reply(r) = reply else {
+        panic!("not a reply")
+    };
+    r
 }
 
 /// Before any snapshot: pattern A everywhere but the objects made later.
@@ -589,6 +608,75 @@ fn install(m: &ShardMap, osds: &[&TestOsd]) {
     }
 }
 
+/// OSDs `0..n` on fresh stores in `dir`, and their addresses.
+fn start_osds(dir: &Path, n: u32) -> (BTreeMap<u32, TestOsd>, BTreeMap<u32, SocketAddr>) {
+    let osds: BTreeMap<u32, TestOsd> = (0..n)
+        .map(|i| (i, TestOsd::start(i, osd_path(dir, i), Some(256 << 20))))
+        .collect();
+    let addrs = osds.iter().map(|(i, o)| (*i, o.addr)).collect();
+    (osds, addrs)
+}
+
+fn osd_path(dir: &Path, i: u32) -> PathBuf {
+    dir.join(format!("osd{i}.img"))
+}
+
+/// The whole workload in interval 1 with PG `i` on `layout(i)` and every
+/// OSD of `addrs` alive: before the snapshots, snapshot 1, after it,
+/// snapshot 2, after that. Returns the model and the last map.
+fn workload_in_one_interval(
+    rt: &compio::runtime::Runtime,
+    osds: &[&TestOsd],
+    addrs: &BTreeMap<u32, SocketAddr>,
+    layout: Acting,
+) -> (Model, ShardMap) {
+    let alive: Vec<u32> = addrs.keys().copied().collect();
+    let map = |epoch: u64, seq: u64| {
+        map_with(epoch, 1, addrs, &alive, Some(seq), 2, &|i| {
+            (layout(i), vec![])
+        })
+    };
+    let mut model = Model::default();
+    let m1 = map(1, 0);
+    install(&m1, osds);
+    wait_all_clean(osds, "interval 1");
+    rt.block_on(before_snapshot(&m1, &mut model));
+    let m2 = map(2, 1);
+    install(&m2, osds);
+    model.snapshot(1);
+    rt.block_on(after_snapshot_1(&m2, &mut model));
+    let m3 = map(3, 2);
+    install(&m3, osds);
+    model.snapshot(2);
+    rt.block_on(after_snapshot_2(&m3, &mut model, 1));
+    (model, m3)
+}
+
+/// Stops every OSD but `last` and gives it every PG alone in interval
+/// `epoch` (after `past`: (interval, layout)); it must then read every
+/// snapshot and the head exactly as the model says. Returns the map.
+fn serve_alone(
+    rt: &compio::runtime::Runtime,
+    osds: &mut BTreeMap<u32, TestOsd>,
+    addrs: &BTreeMap<u32, SocketAddr>,
+    last: u32,
+    (epoch, past): (u64, (u64, Acting)),
+    model: &Model,
+) -> ShardMap {
+    let others: Vec<u32> = osds.keys().copied().filter(|i| *i != last).collect();
+    for i in others {
+        osds.remove(&i).expect("running").stop();
+    }
+    let alone = map_with(epoch, epoch, addrs, &[last], Some(2), 1, &|i| {
+        (vec![last], vec![(past.0, past.1(i))])
+    });
+    let osd = &osds[&last];
+    install(&alone, &[osd]);
+    wait_alone(osd, &format!("osd {last} alone"));
+    rt.block_on(check_reads(&alone, model, &format!("osd {last} alone")));
+    alone
+}
+
 /// The PGs the test objects fall in: all of them, so that recovery pulls
 /// (the stale OSD is a PG's primary) and pushes (it is a replica) are both
 /// exercised.
@@ -607,11 +695,7 @@ fn assert_objects_cover_every_pg() {
 fn a_replica_rebuilt_by_recovery_alone_serves_every_snapshot_and_the_head() {
     assert_objects_cover_every_pg();
     let dir = tempfile::tempdir().unwrap();
-    let path = |i: u32| dir.path().join(format!("osd{i}.img"));
-    let mut osds: BTreeMap<u32, TestOsd> = (0..3)
-        .map(|i| (i, TestOsd::start(i, path(i), Some(256 << 20))))
-        .collect();
-    let mut addrs: BTreeMap<u32, SocketAddr> = osds.iter().map(|(i, o)| (*i, o.addr)).collect();
+    let (mut osds, mut addrs) = start_osds(dir.path(), 3);
     let all = [0, 1, 2];
     let full = |i: u32| rotated(&all, i as usize);
     let without_2 = |i: u32| full(i).into_iter().filter(|o| *o != 2).collect::<Vec<_>>();
@@ -638,7 +722,7 @@ fn a_replica_rebuilt_by_recovery_alone_serves_every_snapshot_and_the_head() {
     rt.block_on(after_snapshot_2(&m4, &mut model, 3));
 
     // osd 2 returns with its old copies and is recovered.
-    osds.insert(2, TestOsd::start(2, path(2), None));
+    osds.insert(2, TestOsd::start(2, osd_path(dir.path(), 2), None));
     addrs.insert(2, osds[&2].addr);
     let m5 = map_with(5, 5, &addrs, &all, Some(2), 2, &|i| {
         (full(i), vec![(1, full(i)), (3, without_2(i))])
@@ -654,17 +738,7 @@ fn a_replica_rebuilt_by_recovery_alone_serves_every_snapshot_and_the_head() {
     let live: Vec<SocketAddr> = addrs.values().copied().collect();
     rt.block_on(same_copies(&live, "after recovery"));
 
-    // Only osd 2 is left, serving alone.
-    for i in [0, 1] {
-        osds.remove(&i).expect("running").stop();
-    }
-    let alone = map_with(6, 6, &addrs, &[2], Some(2), 1, &|i| {
-        (vec![2], vec![(5, full(i))])
-    });
-    let refs: Vec<&TestOsd> = osds.values().collect();
-    install(&alone, &refs);
-    wait_alone(refs[0], "osd 2 alone");
-    rt.block_on(check_reads(&alone, &model, "osd 2 alone"));
+    serve_alone(&rt, &mut osds, &addrs, 2, (6, (5, &full)), &model);
 }
 
 /// An OSD is taken out after snapshots were taken and objects overwritten,
@@ -676,11 +750,7 @@ fn a_replica_rebuilt_by_recovery_alone_serves_every_snapshot_and_the_head() {
 fn a_replica_built_by_backfill_alone_serves_every_snapshot_and_old_copies_are_reclaimed() {
     assert_objects_cover_every_pg();
     let dir = tempfile::tempdir().unwrap();
-    let path = |i: u32| dir.path().join(format!("osd{i}.img"));
-    let mut osds: BTreeMap<u32, TestOsd> = (0..4)
-        .map(|i| (i, TestOsd::start(i, path(i), Some(256 << 20))))
-        .collect();
-    let addrs: BTreeMap<u32, SocketAddr> = osds.iter().map(|(i, o)| (*i, o.addr)).collect();
+    let (mut osds, addrs) = start_osds(dir.path(), 4);
     let all = [0, 1, 2, 3];
     let full = |i: u32| rotated(&[0, 1, 2], i as usize);
     let moved = |i: u32| {
@@ -690,21 +760,8 @@ fn a_replica_built_by_backfill_alone_serves_every_snapshot_and_old_copies_are_re
             .collect::<Vec<_>>()
     };
     let rt = compio::runtime::Runtime::new().unwrap();
-    let mut model = Model::default();
     let refs: Vec<&TestOsd> = osds.values().collect();
-
-    let m1 = map_with(1, 1, &addrs, &all, Some(0), 2, &|i| (full(i), vec![]));
-    install(&m1, &refs);
-    wait_all_clean(&refs, "interval 1");
-    rt.block_on(before_snapshot(&m1, &mut model));
-    let m2 = map_with(2, 1, &addrs, &all, Some(1), 2, &|i| (full(i), vec![]));
-    install(&m2, &refs);
-    model.snapshot(1);
-    rt.block_on(after_snapshot_1(&m2, &mut model));
-    let m3 = map_with(3, 1, &addrs, &all, Some(2), 2, &|i| (full(i), vec![]));
-    install(&m3, &refs);
-    model.snapshot(2);
-    rt.block_on(after_snapshot_2(&m3, &mut model, 1));
+    let (model, _) = workload_in_one_interval(&rt, &refs, &addrs, &full);
 
     // osd 2 is out: osd 3 takes its place and is backfilled.
     let m4 = map_with(4, 4, &addrs, &all, Some(2), 2, &|i| {
@@ -727,18 +784,9 @@ fn a_replica_built_by_backfill_alone_serves_every_snapshot_and_old_copies_are_re
     install(&m5, &refs);
     wait_reclaimed(&[addrs[&2]], &rt, "osd 2's strays");
 
-    // Only osd 3 is left, serving alone.
     drop(refs);
-    for i in [0, 1, 2] {
-        osds.remove(&i).expect("running").stop();
-    }
+    serve_alone(&rt, &mut osds, &addrs, 3, (6, (4, &moved)), &model);
     let refs: Vec<&TestOsd> = osds.values().collect();
-    let alone = map_with(6, 6, &addrs, &[3], Some(2), 1, &|i| {
-        (vec![3], vec![(4, moved(i))])
-    });
-    install(&alone, &refs);
-    wait_alone(refs[0], "osd 3 alone");
-    rt.block_on(check_reads(&alone, &model, "osd 3 alone"));
 
     // The volume is removed (its snapshots were removed first): every copy
     // of its objects goes, clones included.
@@ -778,11 +826,7 @@ async fn holds_generation(m: &ShardMap, oid: ObjectId, snap: Option<u64>, genera
 #[test]
 fn an_object_too_large_for_one_copy_stays_missing_and_is_never_lost() {
     let dir = tempfile::tempdir().unwrap();
-    let path = |i: u32| dir.path().join(format!("osd{i}.img"));
-    let mut osds: BTreeMap<u32, TestOsd> = (0..3)
-        .map(|i| (i, TestOsd::start(i, path(i), Some(256 << 20))))
-        .collect();
-    let mut addrs: BTreeMap<u32, SocketAddr> = osds.iter().map(|(i, o)| (*i, o.addr)).collect();
+    let (mut osds, mut addrs) = start_osds(dir.path(), 3);
     let all = [0, 1, 2];
     let full = |i: u32| rotated(&all, i as usize);
     let without_2 = |i: u32| full(i).into_iter().filter(|o| *o != 2).collect::<Vec<_>>();
@@ -819,7 +863,7 @@ fn an_object_too_large_for_one_copy_stays_missing_and_is_never_lost() {
     }
 
     // osd 2 returns: the small object recovers, the big one cannot.
-    osds.insert(2, TestOsd::start(2, path(2), None));
+    osds.insert(2, TestOsd::start(2, osd_path(dir.path(), 2), None));
     addrs.insert(2, osds[&2].addr);
     let back = map_with(6, 6, &addrs, &all, Some(4), 2, &|i| {
         (full(i), vec![(1, full(i)), (2, without_2(i))])
@@ -903,35 +947,12 @@ async fn drop_clones(m: &ShardMap, osd: u32) {
         };
         let head_bytes: u64 = c.extents.iter().map(|(_, len)| len).sum();
         let head = &data[..head_bytes as usize];
-        let pg = pg_for(POOL, PGS, oid);
-        let entry = &m.pgs[&pg];
-        let op = Message::SubOp(SubOp {
-            target: Target {
-                pg,
-                epoch: entry.interval,
-                oid,
-            },
-            version: c.version,
-            kind: SubOpKind::Replace,
+        let op = SubOp {
             extents: c.extents,
             data_crc: crc32c::crc32c(head),
-            snap_seq: 0,
-            snaps: None,
-        });
-        let conn = RpcConn::connect(
-            m.addrs[&OsdId(osd)][0],
-            Role::Osd(entry.acting[0]),
-            Duration::from_secs(5),
-        )
-        .await
-        .expect("connect");
-        let (reply, _) = conn
-            .call(&op, Some(head), Duration::from_secs(20))
-            .await
-            .expect("osd answers");
-        let Message::Reply(r) = reply else {
-            panic!("not a reply")
+            ..sub_op(m, oid, c.version, SubOpKind::Replace)
         };
+        let r = as_primary(m, OsdId(osd), &op, Some(head)).await;
         assert_eq!(
             r.status,
             Status::Ok,
@@ -949,29 +970,12 @@ async fn drop_clones(m: &ShardMap, osd: u32) {
 fn a_deep_scrub_finds_a_replica_without_its_clones_and_repairs_it() {
     assert_objects_cover_every_pg();
     let dir = tempfile::tempdir().unwrap();
-    let path = |i: u32| dir.path().join(format!("osd{i}.img"));
-    let mut osds: BTreeMap<u32, TestOsd> = (0..3)
-        .map(|i| (i, TestOsd::start(i, path(i), Some(256 << 20))))
-        .collect();
-    let addrs: BTreeMap<u32, SocketAddr> = osds.iter().map(|(i, o)| (*i, o.addr)).collect();
+    let (mut osds, addrs) = start_osds(dir.path(), 3);
     let all = [0, 1, 2];
     let full = |i: u32| rotated(&all, i as usize);
     let rt = compio::runtime::Runtime::new().unwrap();
-    let mut model = Model::default();
     let refs: Vec<&TestOsd> = osds.values().collect();
-
-    let m1 = map_with(1, 1, &addrs, &all, Some(0), 2, &|i| (full(i), vec![]));
-    install(&m1, &refs);
-    wait_all_clean(&refs, "interval 1");
-    rt.block_on(before_snapshot(&m1, &mut model));
-    let m2 = map_with(2, 1, &addrs, &all, Some(1), 2, &|i| (full(i), vec![]));
-    install(&m2, &refs);
-    model.snapshot(1);
-    rt.block_on(after_snapshot_1(&m2, &mut model));
-    let m3 = map_with(3, 1, &addrs, &all, Some(2), 2, &|i| (full(i), vec![]));
-    install(&m3, &refs);
-    model.snapshot(2);
-    rt.block_on(after_snapshot_2(&m3, &mut model, 1));
+    let (model, m3) = workload_in_one_interval(&rt, &refs, &addrs, &full);
     rt.block_on(drop_clones(&m3, 2));
     let damaged = (0..OBJECTS).any(|idx| {
         let oid = ObjectId::new(VOLUME, idx);
@@ -1009,16 +1013,6 @@ fn a_deep_scrub_finds_a_replica_without_its_clones_and_repairs_it() {
     let live: Vec<SocketAddr> = addrs.values().copied().collect();
     rt.block_on(same_copies(&live, "after the scrubs"));
 
-    // Only osd 2 is left, serving alone.
     drop(refs);
-    for i in [0, 1] {
-        osds.remove(&i).expect("running").stop();
-    }
-    let refs: Vec<&TestOsd> = osds.values().collect();
-    let alone = map_with(5, 5, &addrs, &[2], Some(2), 1, &|i| {
-        (vec![2], vec![(1, full(i))])
-    });
-    install(&alone, &refs);
-    wait_alone(refs[0], "osd 2 alone");
-    rt.block_on(check_reads(&alone, &model, "osd 2 alone"));
+    serve_alone(&rt, &mut osds, &addrs, 2, (5, (1, &full)), &model);
 }
