@@ -64,15 +64,6 @@ pub struct SnapCopy {
 }
 
 impl SnapLayout {
-    /// Bytes of frame data the clones' extents take after the head's
-    /// (`None` if the lengths overflow).
-    pub fn clone_bytes(&self) -> Option<u64> {
-        self.clones
-            .iter()
-            .flat_map(|c| c.extents.iter())
-            .try_fold(0u64, |sum, (_, len)| sum.checked_add(*len))
-    }
-
     pub(crate) fn encode(&self, w: &mut W) {
         w.u64(self.seq);
         w.u8(self.has_head as u8);
@@ -150,7 +141,7 @@ fn flag(r: &mut R, why: &'static str) -> Result<bool, ProtoError> {
 }
 
 /// Ranges whose ends do not overflow.
-pub(crate) fn checked_ranges(r: &mut R) -> Result<Vec<(u64, u64)>, ProtoError> {
+fn checked_ranges(r: &mut R) -> Result<Vec<(u64, u64)>, ProtoError> {
     let v = r.ranges()?;
     if v.iter().any(|(off, len)| off.checked_add(*len).is_none()) {
         return Err(r.err("a range ends beyond 2^64"));
