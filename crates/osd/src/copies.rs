@@ -15,8 +15,10 @@
 //! before it is read in full: the refusal is counted
 //! (`pontoon_osd_recovery_refused_total`) and logged by the recovery that
 //! asked, and the object stays missing on its stale members (its PG stays
-//! degraded, and recovery tries again every pass) until a staged copy
-//! exists, which is not built. Nothing is lost or silently skipped.
+//! degraded, recovery tries again every pass, and client I/O to the object
+//! gets a retryable `PgInactive` saying why) until the stale members leave
+//! the acting set or a staged copy exists, which is not built. Nothing is
+//! lost or silently skipped.
 
 use std::rc::Rc;
 
@@ -42,8 +44,8 @@ pub(crate) enum CopyError {
     /// Larger than one message carries.
     #[error(
         "{oid} with its snapshots is {data} bytes of data and about {fields} bytes of fields, \
-         more than one message carries ({MAX_DATA} and {MAX_META}); it stays missing here \
-         until a staged copy exists (not built)"
+         more than one message carries ({MAX_DATA} and {MAX_META}); its stale copies stay \
+         missing until a staged copy exists (not built)"
     )]
     TooLarge {
         /// The object.
