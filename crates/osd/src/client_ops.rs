@@ -223,24 +223,22 @@ impl<D: BlockDevice + 'static, P: Peers> Shard<D, P> {
                 return a;
             }
         }
-        if let Some(snap) = r.snap {
-            return self.read_at_snap(&r, snap, c.interval).await;
-        }
-        match self.store.read(t.oid, r.offset, r.len as u64).await {
-            Ok(out) => (Message::Reply(Reply::ok(out.version)), Some(out.data)),
+        match self.read_local(&r).await {
+            Ok(answer) => answer,
             Err(StoreError::Checksum { .. }) => self.read_after_repair(&t, &c, &r).await,
-            Err(e) => error(status_of(&e), c.interval, e.to_string()),
+            Err(e) => self.read_error(&r, &e, c.interval),
         }
     }
 
-    /// A local block failed its checksum: fetch the object from another
-    /// member holding the same version, install it, and read again.
+    /// A local block failed its checksum: fetch the whole object, clones
+    /// included, from another member holding the same version, install it,
+    /// and read again.
     async fn read_after_repair(self: &Rc<Self>, t: &Target, c: &Checked, r: &ReadReq) -> Answer {
         let _g = self.locks.lock(t.oid).await;
         if let Err(a) = self.still_serving(t, c) {
             return a;
         }
-        let version = self.store.version(t.oid).unwrap_or(Version::ZERO);
+        let version = self.store.held_version(t.oid).unwrap_or(Version::ZERO);
         let others: Vec<OsdId> = c.acting.iter().copied().filter(|o| *o != self.me).collect();
         tracing::warn!(oid = %t.oid, "checksum mismatch on the primary: repairing from a replica");
         let img = match self.pull_from(&others, *t, version).await {
@@ -256,7 +254,7 @@ impl<D: BlockDevice + 'static, P: Peers> Shard<D, P> {
                 );
             }
         };
-        if let Err(e) = self.store.replace(t.oid, version, &img.extents).await {
+        if let Err(e) = self.install_copy(t.oid, &img).await {
             return error(
                 status_of(&e),
                 c.interval,
@@ -266,9 +264,9 @@ impl<D: BlockDevice + 'static, P: Peers> Shard<D, P> {
         if let Err(a) = self.still_serving(t, c) {
             return a;
         }
-        match self.store.read(t.oid, r.offset, r.len as u64).await {
-            Ok(out) => (Message::Reply(Reply::ok(out.version)), Some(out.data)),
-            Err(e) => error(status_of(&e), c.interval, e.to_string()),
+        match self.read_local(r).await {
+            Ok(answer) => answer,
+            Err(e) => self.read_error(r, &e, c.interval),
         }
     }
 
@@ -289,6 +287,7 @@ impl<D: BlockDevice + 'static, P: Peers> Shard<D, P> {
             extents: vec![(w.offset, len)],
             data_crc: w.data_crc,
             snap_seq: w.snap_seq,
+            snaps: None,
         };
         let span = (w.offset, len, w.snap_seq);
         self.mutate(t, span, op, Some(data), |version, data| {
@@ -314,6 +313,7 @@ impl<D: BlockDevice + 'static, P: Peers> Shard<D, P> {
             extents: vec![(d.offset, d.len)],
             data_crc: crc32c::crc32c(&[]),
             snap_seq: d.snap_seq,
+            snaps: None,
         };
         let span = (d.offset, d.len, d.snap_seq);
         self.mutate(t, span, op, None, |version, _| {
@@ -381,7 +381,7 @@ impl<D: BlockDevice + 'static, P: Peers> Shard<D, P> {
         }
         // The primary holds every object of the PG it serves (recovered
         // first when it lacked one), so none here means a new object.
-        let creates = self.store.version(t.oid).is_none();
+        let creates = self.store.held_version(t.oid).is_none();
         // Stamped, and counted in flight until the local store has it, in
         // one step with the interval check: peering lists objects only
         // after what was accepted before it began has landed.

@@ -18,6 +18,7 @@
 pub mod access;
 mod client_ops;
 pub mod control;
+mod copies;
 pub mod daemon;
 pub mod deadline;
 pub mod device_lock;

@@ -37,6 +37,8 @@ pub struct ShardMetrics {
     recovery_objects: LocalCounter,
     /// Bytes of object copies recovery installed (pushed or pulled).
     recovery_bytes: LocalCounter,
+    /// Object copies refused as too large or malformed (per attempt).
+    recovery_refused: LocalCounter,
     /// Objects scrub compared.
     scrub_objects: LocalCounter,
     /// Of those, objects whose copies differed.
@@ -104,6 +106,12 @@ impl ShardMetrics {
     pub(crate) fn recovery(&self, objects: u64, bytes: u64) {
         self.recovery_objects.add(objects);
         self.recovery_bytes.add(bytes);
+    }
+
+    /// An object copy could not be sent or installed (too large for one
+    /// message or journal record, or malformed).
+    pub(crate) fn recovery_refused(&self) {
+        self.recovery_refused.add(1);
     }
 
     /// Scrub compared an object: whether its copies differed, whether it
@@ -222,6 +230,14 @@ pub fn add_osd_metrics(
         "Bytes of object copies the OSD's recovery installed on stale members.",
         l(),
         sum(&|m| m.recovery_bytes.get()),
+    );
+    e.counter(
+        "pontoon_osd_recovery_refused_total",
+        "Whole object copies (head and snapshot clones) recovery could not send or install: \
+         too large for one message or journal record, or malformed. The object stays missing \
+         on its stale members and is tried again every recovery pass.",
+        l(),
+        sum(&|m| m.recovery_refused.get()),
     );
     e.counter(
         "pontoon_osd_scrub_objects_total",

@@ -16,9 +16,12 @@
 //! second to answer, not the whole peer timeout (a frozen process would
 //! otherwise hold every PG it was in for that long). The highest version
 //! of each object is authoritative; acting members with an older one, or
-//! none, are stale for it. Stale copies are recovered in the background
-//! (a few objects at a time per shard) and on demand before an operation
-//! touches the object.
+//! none, are stale for it. An object whose head was deleted while
+//! snapshots still read it is listed with the version of that delete, so
+//! the delete wins over older heads. Stale copies are recovered in the
+//! background (a few objects at a time per shard) and on demand before an
+//! operation touches the object, each as a whole copy: head and clones
+//! (see [`crate::copies`]).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::rc::Rc;
@@ -27,13 +30,13 @@ use std::time::Duration;
 use futures::future::join_all;
 use pontoon_buf::AlignedBuf;
 use pontoon_proto::{Message, PeerQuery, Reply, Status, SubOp, SubOpKind, Target};
-use pontoon_store::{BlockDevice, ObjectImage, StoreError};
+use pontoon_store::{BlockDevice, SnapImage, StoreError};
 use pontoon_types::{Epoch, ObjectId, OsdId, PgId, Version};
 
+use crate::copies::{CopyError, from_wire};
 use crate::peers::Peers;
 use crate::pg::{Missing, Phase};
 use crate::reclaim::volume_removed;
-use crate::replica::{flatten_image, split_extents};
 use crate::shard::Shard;
 
 /// Why a peering attempt did not finish.
@@ -387,7 +390,7 @@ impl<D: BlockDevice + 'static, P: Peers> Shard<D, P> {
         let image = if m.stale.contains(&self.me) {
             self.pull_and_install(pg, generation, target, &m).await?
         } else {
-            match self.store.read_object(oid).await {
+            match self.read_copy(oid).await {
                 Ok(Some(img)) if img.version == m.version => img,
                 Ok(other) => {
                     return Err(format!(
@@ -397,22 +400,25 @@ impl<D: BlockDevice + 'static, P: Peers> Shard<D, P> {
                     ));
                 }
                 // Our copy rotted: take another holder's, and mend ours.
-                Err(e @ StoreError::Checksum { .. }) => {
+                Err(CopyError::Store(e @ StoreError::Checksum { .. })) => {
                     tracing::warn!(osd = %self.me, %oid, "recovery source failed its checksum ({e}); pulling another copy");
                     self.pull_and_install(pg, generation, target, &m).await?
                 }
                 Err(e) => return Err(format!("reading {oid}: {e}")),
             }
         };
-        let (ranges, data) = flatten_image(&image);
-        let data = Rc::new(data);
+        let copy = self
+            .copy_to_wire(oid, &image)
+            .map_err(|e| format!("pushing {oid}: {e}"))?;
+        let data = Rc::new(copy.data);
         let op = SubOp {
             target,
             version: m.version,
             kind: SubOpKind::Replace,
-            extents: ranges,
+            extents: copy.extents,
             data_crc: crc32c::crc32c(&data),
             snap_seq: 0,
+            snaps: copy.snaps.map(Box::new),
         };
         let msg = Message::SubOp(op);
         let pushes = m.stale.iter().copied().filter(|o| *o != self.me).map(|o| {
@@ -462,14 +468,13 @@ impl<D: BlockDevice + 'static, P: Peers> Shard<D, P> {
         generation: u64,
         target: Target,
         m: &Missing,
-    ) -> Result<ObjectImage, String> {
+    ) -> Result<SnapImage, String> {
         let img = self.pull_from(&m.holders, target, m.version).await?;
         if !self.is_current(pg, generation) {
             return Err("interval changed".into());
         }
         let _inflight = self.inflight.enter(pg);
-        self.store
-            .replace(target.oid, m.version, &img.extents)
+        self.install_copy(target.oid, &img)
             .await
             .map_err(|e| format!("installing {} locally: {e}", target.oid))?;
         Ok(img)
@@ -487,36 +492,46 @@ impl<D: BlockDevice + 'static, P: Peers> Shard<D, P> {
         }
     }
 
-    /// Fetches `version` of an object from the first holder that has it.
+    /// Fetches `version` of an object, head and clones, from the first
+    /// holder that has it.
     pub(crate) async fn pull_from(
         self: &Rc<Self>,
         holders: &[OsdId],
         target: Target,
         version: Version,
-    ) -> Result<ObjectImage, String> {
+    ) -> Result<SnapImage, String> {
         let mut why = Vec::new();
         for &h in holders.iter().filter(|h| **h != self.me) {
-            match self
+            let (have, extents, snaps, data) = match self
                 .peers
                 .call(h, target.pg, &Message::Pull(target), None)
                 .await
             {
                 Ok((Message::Reply(r), data)) if r.status == Status::Ok => {
-                    if r.version != version {
-                        why.push(format!("{h} has {} not {version}", r.version));
-                        continue;
-                    }
-                    let data = data.unwrap_or_else(|| AlignedBuf::for_read(0));
-                    match split_extents(&r.ranges, &data) {
-                        Some(extents) => return Ok(ObjectImage { version, extents }),
-                        None => why.push(format!("{h} sent extents that do not match its data")),
-                    }
+                    (r.version, r.ranges, None, data)
                 }
+                Ok((Message::SnapCopy(c), data)) => (c.version, c.extents, Some(c.snaps), data),
                 Ok((Message::Reply(r), _)) => {
-                    why.push(format!("{h}: {:?} {}", r.status, r.message))
+                    why.push(format!("{h}: {:?} {}", r.status, r.message));
+                    continue;
                 }
-                Ok((m, _)) => why.push(format!("{h}: unexpected {:?}", m.msg_type())),
-                Err(e) => why.push(e.to_string()),
+                Ok((m, _)) => {
+                    why.push(format!("{h}: unexpected {:?}", m.msg_type()));
+                    continue;
+                }
+                Err(e) => {
+                    why.push(e.to_string());
+                    continue;
+                }
+            };
+            if have != version {
+                why.push(format!("{h} has {have} not {version}"));
+                continue;
+            }
+            let data = data.unwrap_or_else(|| AlignedBuf::for_read(0));
+            match from_wire(version, &extents, snaps.as_ref(), &data) {
+                Some(img) => return Ok(img),
+                None => why.push(format!("{h} sent extents that do not match its data")),
             }
         }
         if why.is_empty() {

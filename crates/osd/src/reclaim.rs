@@ -8,6 +8,12 @@
 //!   acting set) while the PG is clean (no past interval is kept, so no
 //!   peering will ask this OSD for them).
 //!
+//! Garbage goes whole: head and snapshot clones, purged. No snapshot reads
+//! either kind: the map refuses to remove a volume that has snapshots, and
+//! a stray's PG is clean on its acting set, whose members recovery gave
+//! whole copies, clones included. (A snapshot-aware delete would instead
+//! move the head into a clone that nothing would ever list or trim again.)
+//!
 //! Each map a shard installs schedules a pass; a restarted OSD thus cleans
 //! up at its first map. A pass lists the garbage, then deletes it a batch
 //! at a time behind client I/O. Every object is judged again, under its
@@ -132,7 +138,7 @@ impl<D: BlockDevice + 'static, P: Peers> Shard<D, P> {
         let me = self.me;
         let garbage = self
             .store
-            .list_where(|oid| classify(&map, me, oid).is_some());
+            .list_held_where(|oid| classify(&map, me, oid).is_some());
         if garbage.is_empty() {
             return 0;
         }
@@ -184,7 +190,7 @@ impl<D: BlockDevice + 'static, P: Peers> Shard<D, P> {
     fn recount_pg_objects(&self) {
         let map = self.map();
         let mut held: FxHashMap<PgId, u64> = FxHashMap::default();
-        for (oid, _) in self.store.list() {
+        for (oid, _) in self.store.list_held_where(|_| true) {
             if let Some(pg) = map.pg_of(oid) {
                 *held.entry(pg).or_default() += 1;
             }
@@ -196,22 +202,22 @@ impl<D: BlockDevice + 'static, P: Peers> Shard<D, P> {
             let absent = p
                 .missing
                 .keys()
-                .filter(|o| self.store.version(**o).is_none())
+                .filter(|o| self.store.held_version(**o).is_none())
                 .count() as u64;
             p.objects = held.get(&p.id).copied().unwrap_or(0) + absent;
         }
     }
 
-    /// Deletes `oid` if it is still garbage; whether it did.
+    /// Purges `oid`, clones and all, if it is still garbage; whether it did.
     async fn reclaim_one(self: &Rc<Self>, oid: ObjectId) -> bool {
         let _lock = self.locks.lock(oid).await;
         let Some((version, _inflight)) = self.still_garbage(oid) else {
             return false;
         };
-        match self.store.delete(oid, version).await {
+        match self.store.purge(oid, version).await {
             Ok(()) => true,
             Err(e) => {
-                tracing::warn!(osd = %self.me, %oid, "reclaim: delete failed: {e}");
+                tracing::warn!(osd = %self.me, %oid, "reclaim: purge failed: {e}");
                 false
             }
         }
@@ -228,7 +234,7 @@ impl<D: BlockDevice + 'static, P: Peers> Shard<D, P> {
             return None;
         }
         let map = self.map();
-        let version = self.store.version(oid)?;
+        let version = self.store.held_version(oid)?;
         match classify(&map, self.me, oid)? {
             Garbage::RemovedVolume => Some((version, None)),
             Garbage::Stray(pg) => {

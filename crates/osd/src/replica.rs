@@ -1,6 +1,6 @@
 //! What a shard does for other OSDs: apply a primary's versioned
 //! operations, answer peering queries (and promise to refuse older
-//! intervals), and hand out whole objects for recovery.
+//! intervals), and hand out whole objects, clones included, for recovery.
 
 use std::rc::Rc;
 
@@ -8,9 +8,10 @@ use pontoon_buf::AlignedBuf;
 use pontoon_proto::{
     Message, PEER_PAGE, PeerInfo, PeerQuery, Reply, Status, SubOp, SubOpKind, Target,
 };
-use pontoon_store::{BlockDevice, ObjectImage};
+use pontoon_store::BlockDevice;
 use pontoon_types::{Epoch, ObjectId, OsdId, Version};
 
+use crate::copies::{CopyError, from_wire, pull_answer};
 use crate::map::{PgEntry, pg_for};
 use crate::peers::Peers;
 use crate::pg::Pg;
@@ -65,7 +66,8 @@ impl<D: BlockDevice + 'static, P: Peers> Shard<D, P> {
                 ),
             );
         }
-        let have = self.store.version(t.oid).unwrap_or(Version::ZERO);
+        // An object whose head was deleted still has its version.
+        let have = self.store.held_version(t.oid).unwrap_or(Version::ZERO);
         let superseded = match op.kind {
             SubOpKind::Replace => have > op.version,
             _ => have >= op.version,
@@ -108,25 +110,25 @@ impl<D: BlockDevice + 'static, P: Peers> Shard<D, P> {
                 }
                 _ => return error(Status::Malformed, known, "discard needs one extent"),
             },
-            SubOpKind::Replace => match split_extents(&op.extents, &data) {
-                Some(ext) => {
-                    let grows = ext.iter().any(|(off, d)| {
-                        self.store.unallocated_blocks(t.oid, *off, d.len() as u64) > 0
-                    });
-                    if let Some(why) = self.backfill_refusal(self.me).filter(|_| grows) {
-                        return error(Status::NoSpace, known, why);
+            SubOpKind::Replace => {
+                match from_wire(op.version, &op.extents, op.snaps.as_deref(), &data) {
+                    Some(img) => {
+                        let grows = self.copy_grows(t.oid, &img);
+                        if let Some(why) = self.backfill_refusal(self.me).filter(|_| grows) {
+                            return error(Status::NoSpace, known, why);
+                        }
+                        self.install_copy(t.oid, &img).await
                     }
-                    self.store.replace(t.oid, op.version, &ext).await
+                    None => {
+                        return error(
+                            Status::Malformed,
+                            known,
+                            "replace extents do not match data",
+                        );
+                    }
                 }
-                None => {
-                    return error(
-                        Status::Malformed,
-                        known,
-                        "replace extents do not match data",
-                    );
-                }
-            },
-            SubOpKind::Delete => self.store.delete(t.oid, op.version).await,
+            }
+            SubOpKind::Delete => self.store.delete_snap(t.oid, op.version, op.snap_seq).await,
         };
         match r {
             Ok(()) => (Message::Reply(Reply::ok(op.version)), None),
@@ -228,7 +230,9 @@ impl<D: BlockDevice + 'static, P: Peers> Shard<D, P> {
         let Some(params) = map.pools.get(&pg.pool) else {
             return (Vec::new(), false);
         };
-        let mut page = self.store.list_where(|oid| {
+        // Objects that live on only for their snapshots count: their
+        // version decides, like any other's, which copy is good.
+        let mut page = self.store.list_held_where(|oid| {
             after.is_none_or(|a| oid > a)
                 && map.volumes.get(&oid.volume.0) == Some(&pg.pool)
                 && pg_for(pg.pool, params.pgs, oid) == pg
@@ -238,48 +242,21 @@ impl<D: BlockDevice + 'static, P: Peers> Shard<D, P> {
         (page, more)
     }
 
-    /// Sends this OSD's whole copy of an object to a recovering primary.
+    /// Sends this OSD's whole copy of an object, clones included, to a
+    /// recovering primary.
     pub(crate) async fn answer_pull(self: &Rc<Self>, t: Target) -> (Message, Option<AlignedBuf>) {
-        match self.store.read_object(t.oid).await {
-            Ok(Some(img)) => image_reply(img),
-            Ok(None) => (
-                Message::Reply(Reply::ok(pontoon_types::Version::ZERO)),
-                None,
-            ),
-            Err(e) => error(status_of(&e), Epoch(0), e.to_string()),
+        let copy = match self.read_copy(t.oid).await {
+            Ok(Some(img)) => self.copy_to_wire(t.oid, &img).map(|w| (img.version, w)),
+            Ok(None) => return (Message::Reply(Reply::ok(Version::ZERO)), None),
+            Err(e) => Err(e),
+        };
+        match copy {
+            Ok((version, w)) => pull_answer(version, w),
+            Err(CopyError::Store(e)) => error(status_of(&e), Epoch(0), e.to_string()),
+            Err(e @ CopyError::TooLarge { .. }) => {
+                tracing::warn!(osd = %self.me, oid = %t.oid, "pull refused: {e}");
+                error(Status::InvalidArgument, Epoch(0), e.to_string())
+            }
         }
     }
-}
-
-/// A pull answer: the version, extents as ranges, their bytes back to back.
-pub(crate) fn image_reply(img: ObjectImage) -> (Message, Option<AlignedBuf>) {
-    let (ranges, data) = flatten_image(&img);
-    let mut r = Reply::ok(img.version);
-    r.ranges = ranges;
-    (Message::Reply(r), Some(data))
-}
-
-/// An object's extents as (offset, length) ranges and one buffer.
-pub(crate) fn flatten_image(img: &ObjectImage) -> (Vec<(u64, u64)>, AlignedBuf) {
-    let total: usize = img.extents.iter().map(|(_, d)| d.len()).sum();
-    let mut data = AlignedBuf::with_capacity(total.max(1));
-    let mut ranges = Vec::with_capacity(img.extents.len());
-    for (off, d) in &img.extents {
-        ranges.push((*off, d.len() as u64));
-        data.extend_from_slice(d);
-    }
-    (ranges, data)
-}
-
-/// Cuts `data` into the extents `ranges` describe; `None` if they disagree.
-pub(crate) fn split_extents(ranges: &[(u64, u64)], data: &[u8]) -> Option<Vec<(u64, AlignedBuf)>> {
-    let mut at = 0usize;
-    let mut out = Vec::with_capacity(ranges.len());
-    for &(off, len) in ranges {
-        let len = usize::try_from(len).ok()?;
-        let end = at.checked_add(len)?;
-        out.push((off, AlignedBuf::copy_from(data.get(at..end)?)));
-        at = end;
-    }
-    (at == data.len()).then_some(out)
 }

@@ -2,9 +2,13 @@
 //! object and repairs what differs from a good copy.
 //!
 //! A light scrub compares object lists, versions and allocated block
-//! counts; a deep scrub also has every member read every block (so the
-//! store verifies each block's checksum) and compares digests of the
-//! content, reading each object in 256 KiB pieces. One object at a time,
+//! counts (the head's and its snapshot clones'); a deep scrub also has
+//! every member read every block of the head (so the store verifies each
+//! block's checksum) and compares digests of the content, reading each
+//! object in 256 KiB pieces, and of the snapshot metadata (sequence, and
+//! each clone's id, completeness, blocks and holes). Clone contents are
+//! not read: a clone block that fails its checksum is found, and repaired
+//! from a replica, when a snapshot read reaches it. One object at a time,
 //! under its lock (client writes to it wait for the comparison, nothing
 //! else does), with a pause after each object three times as long as the
 //! object took, so a scrub takes at most a quarter of the time a shard has.
@@ -164,7 +168,7 @@ impl<D: BlockDevice + 'static, P: Peers> Shard<D, P> {
         oid: ObjectId,
         deep: bool,
     ) -> Result<ObjectDigest, StoreError> {
-        let Some(version) = self.store.version(oid) else {
+        let Some(version) = self.store.held_version(oid) else {
             return Ok(ObjectDigest {
                 version: Version::ZERO,
                 blocks: 0,
@@ -172,10 +176,13 @@ impl<D: BlockDevice + 'static, P: Peers> Shard<D, P> {
             });
         };
         let ranges = self.store.allocated(oid);
+        let snaps = self.store.snaps(oid);
+        let clone_blocks: u64 = snaps.iter().flat_map(|s| &s.clones).map(|c| c.blocks).sum();
         let blocks = ranges
             .iter()
             .map(|r| (r.end - r.start) / BLOCK_SIZE_U64)
-            .sum();
+            .sum::<u64>()
+            + clone_blocks;
         if !deep {
             return Ok(ObjectDigest {
                 version,
@@ -188,6 +195,15 @@ impl<D: BlockDevice + 'static, P: Peers> Shard<D, P> {
         // nothing changes it meanwhile (a version that moves anyway makes
         // this copy count as bad, and repair rewrites it).
         let (mut layout, mut content) = (0u32, 0u32);
+        if let Some(s) = &snaps {
+            layout = crc32c::crc32c_append(layout, &s.seq.to_le_bytes());
+            layout = crc32c::crc32c_append(layout, &[u8::from(s.has_head)]);
+            for c in &s.clones {
+                for v in [c.id, u64::from(c.complete), c.blocks, c.holes] {
+                    layout = crc32c::crc32c_append(layout, &v.to_le_bytes());
+                }
+            }
+        }
         for r in ranges {
             layout = crc32c::crc32c_append(layout, &r.start.to_le_bytes());
             layout = crc32c::crc32c_append(layout, &(r.end - r.start).to_le_bytes());

@@ -17,13 +17,12 @@
 //! Reads at a snapshot resolve through the store's clones. Snapshot
 //! existence is the client's check (the map it opened the snapshot from):
 //! the store answers any id, reading as of the newest snapshot at or below
-//! it.
-
-use std::rc::Rc;
+//! it. Recovery and repair copy clones with the head, so a rebuilt replica
+//! answers snapshot reads like the others (see [`crate::copies`]).
 
 use pontoon_buf::AlignedBuf;
 use pontoon_proto::{Message, ReadReq, Reply, Status, Target};
-use pontoon_store::BlockDevice;
+use pontoon_store::{BlockDevice, StoreError};
 use pontoon_types::Epoch;
 
 use crate::peers::Peers;
@@ -54,28 +53,27 @@ impl<D: BlockDevice + 'static, P: Peers> Shard<D, P> {
         Ok(())
     }
 
-    /// Reads the primary's copy of `r.target`'s object as snapshot `snap`
-    /// sees it. The caller has checked the PG and waited out writes in
-    /// flight and recovery, as for head reads. A block failing its
-    /// checksum is reported, not repaired: repair copies heads only.
-    pub(crate) async fn read_at_snap(
-        self: &Rc<Self>,
-        r: &ReadReq,
-        snap: u64,
-        interval: Epoch,
-    ) -> Answer {
-        let t = r.target;
-        match self
-            .store
-            .read_snap(t.oid, snap, r.offset, u64::from(r.len))
-            .await
-        {
-            Ok(out) => (Message::Reply(Reply::ok(out.version)), Some(out.data)),
-            Err(e) => error(
-                status_of(&e),
-                interval,
-                format!("reading {} at snapshot {snap}: {e}", t.oid),
-            ),
-        }
+    /// Reads the primary's copy of `r`'s range, of the head or of the
+    /// snapshot it names. The caller has checked the PG and waited out
+    /// writes in flight and recovery. A block failing its checksum is an
+    /// error the caller repairs from a replica (whole copies carry clones,
+    /// so snapshot reads are repaired like head reads).
+    pub(crate) async fn read_local(&self, r: &ReadReq) -> Result<Answer, StoreError> {
+        let (oid, offset, len) = (r.target.oid, r.offset, u64::from(r.len));
+        let out = match r.snap {
+            Some(snap) => self.store.read_snap(oid, snap, offset, len).await?,
+            None => self.store.read(oid, offset, len).await?,
+        };
+        Ok((Message::Reply(Reply::ok(out.version)), Some(out.data)))
+    }
+
+    /// The answer to a read that failed with `e`.
+    pub(crate) fn read_error(&self, r: &ReadReq, e: &StoreError, interval: Epoch) -> Answer {
+        let oid = r.target.oid;
+        let what = match r.snap {
+            Some(snap) => format!("reading {oid} at snapshot {snap}: {e}"),
+            None => e.to_string(),
+        };
+        error(status_of(e), interval, what)
     }
 }

@@ -2,26 +2,26 @@
 //!
 //! Client → primary: [`ReadReq`], [`WriteReq`], [`DiscardReq`], allocation
 //! queries; primary → replicas: [`SubOp`]; peering and recovery among OSDs:
-//! [`PeerQuery`]/[`PeerInfo`] and pulls; every answer is a [`Reply`].
+//! [`PeerQuery`]/[`PeerInfo`] and pulls (answered with a [`SnapCopy`] for
+//! objects with snapshot state); every other answer is a [`Reply`].
 //! Every request names the PG and the interval epoch its sender believes
 //! current, so a receiver with a different view can refuse it.
 
 use pontoon_types::codec::Decoder;
 use pontoon_types::{Epoch, ObjectId, OsdId, PgId, Version};
 
+use crate::fields::{R, W};
 use crate::frame::{MAX_META, ProtoError};
+use crate::image::{SnapCopy, SnapLayout};
 
 /// Protocol revision spoken; a peer with another one is refused at hello.
-pub const PROTOCOL_VERSION: u32 = 5;
+/// 6: replace sub-ops carry an optional snapshot layout, and pulls of
+/// objects with snapshot state are answered with a [`SnapCopy`].
+pub const PROTOCOL_VERSION: u32 = 6;
 /// Longest error text carried in a reply.
 const MAX_MESSAGE_TEXT: usize = 1024;
-/// Most extents or ranges one message may list.
-const MAX_RANGES: u32 = 65_536;
 /// Most objects one peering answer may list.
 const MAX_PEER_OBJECTS: u32 = 32_768;
-/// The store's snapshot id of the head (newer than any snapshot): never a
-/// snapshot sequence or snapshot id on the wire.
-const HEAD_SNAP: u64 = u64::MAX;
 
 /// Message type numbers on the wire.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -59,6 +59,8 @@ pub enum MsgType {
     Digest = 35,
     /// [`ObjectDigest`].
     DigestInfo = 36,
+    /// [`SnapCopy`] (a pull's answer).
+    SnapCopy = 37,
 }
 
 impl MsgType {
@@ -81,6 +83,7 @@ impl MsgType {
             34 => Self::Ping,
             35 => Self::Digest,
             36 => Self::DigestInfo,
+            37 => Self::SnapCopy,
             _ => return Err(ProtoError::UnknownType(v)),
         })
     }
@@ -182,7 +185,8 @@ pub enum SubOpKind {
     Write = 1,
     /// Deallocate the single extent.
     Discard = 2,
-    /// Replace the whole object with exactly the extents (recovery push).
+    /// Replace the whole object with exactly the extents (recovery push),
+    /// and its clones with the sub-op's snapshot layout if it has one.
     Replace = 3,
     /// Remove the object.
     Delete = 4,
@@ -202,9 +206,12 @@ pub struct SubOp {
     pub extents: Vec<(u64, u64)>,
     /// crc32c of the frame data.
     pub data_crc: u32,
-    /// Snapshot sequence writes and discards apply under (the client's,
-    /// as the primary accepted it); 0 for replaces and deletes.
+    /// Snapshot sequence writes, discards and deletes apply under (the
+    /// client's, as the primary accepted it); 0 for replaces.
     pub snap_seq: u64,
+    /// Replaces only: the object's clones and sequence (`None`: it has no
+    /// snapshot state). Their data follows the head's in the frame data.
+    pub snaps: Option<Box<SnapLayout>>,
 }
 
 /// Asks an OSD for the versions of a PG's objects it holds, and fences it:
@@ -245,7 +252,7 @@ pub struct DigestReq {
 pub struct ObjectDigest {
     /// The copy's version.
     pub version: Version,
-    /// Allocated 4 KiB blocks.
+    /// Allocated 4 KiB blocks, the head's and its snapshot clones'.
     pub blocks: u64,
     /// Digest of the allocated extents and their bytes (deep only; 0 otherwise).
     pub digest: u64,
@@ -412,114 +419,8 @@ pub enum Message {
     Digest(DigestReq),
     /// Scrub's answer.
     DigestInfo(ObjectDigest),
-}
-
-/// A growable little-endian writer for message fields.
-struct W(Vec<u8>);
-
-impl W {
-    fn u8(&mut self, v: u8) {
-        self.0.push(v);
-    }
-    fn u16(&mut self, v: u16) {
-        self.0.extend_from_slice(&v.to_le_bytes());
-    }
-    fn u32(&mut self, v: u32) {
-        self.0.extend_from_slice(&v.to_le_bytes());
-    }
-    fn u64(&mut self, v: u64) {
-        self.0.extend_from_slice(&v.to_le_bytes());
-    }
-    fn oid(&mut self, o: &ObjectId) {
-        self.u64(o.volume.0);
-        self.u64(o.index);
-    }
-    fn version(&mut self, v: &Version) {
-        self.u64(v.epoch);
-        self.u64(v.seq);
-    }
-    fn target(&mut self, t: &Target) {
-        self.u32(t.pg.pool.0);
-        self.u32(t.pg.index);
-        self.u64(t.epoch.0);
-        self.oid(&t.oid);
-    }
-    fn ranges(&mut self, r: &[(u64, u64)]) {
-        self.u32(r.len() as u32);
-        for (a, b) in r {
-            self.u64(*a);
-            self.u64(*b);
-        }
-    }
-}
-
-/// Reads message fields, naming the message in errors.
-struct R<'a> {
-    d: Decoder<'a>,
-    what: &'static str,
-}
-
-impl R<'_> {
-    fn err(&self, why: &'static str) -> ProtoError {
-        ProtoError::Malformed(self.what, why)
-    }
-    fn u8(&mut self) -> Result<u8, ProtoError> {
-        self.d
-            .u8()
-            .map_err(|_| ProtoError::Malformed(self.what, "truncated"))
-    }
-    fn u16(&mut self) -> Result<u16, ProtoError> {
-        let b = self
-            .d
-            .bytes(2)
-            .map_err(|_| ProtoError::Malformed(self.what, "truncated"))?;
-        Ok(u16::from_le_bytes([b[0], b[1]]))
-    }
-    fn u32(&mut self) -> Result<u32, ProtoError> {
-        self.d
-            .u32()
-            .map_err(|_| ProtoError::Malformed(self.what, "truncated"))
-    }
-    fn u64(&mut self) -> Result<u64, ProtoError> {
-        self.d
-            .u64()
-            .map_err(|_| ProtoError::Malformed(self.what, "truncated"))
-    }
-    fn oid(&mut self) -> Result<ObjectId, ProtoError> {
-        Ok(ObjectId::new(self.u64()?, self.u64()?))
-    }
-    fn version(&mut self) -> Result<Version, ProtoError> {
-        Ok(Version::new(self.u64()?, self.u64()?))
-    }
-    fn target(&mut self) -> Result<Target, ProtoError> {
-        Ok(Target {
-            pg: PgId::new(self.u32()?, self.u32()?),
-            epoch: Epoch(self.u64()?),
-            oid: self.oid()?,
-        })
-    }
-    fn ranges(&mut self) -> Result<Vec<(u64, u64)>, ProtoError> {
-        let n = self.u32()?;
-        if n > MAX_RANGES || n as usize * 16 > self.d.remaining() {
-            return Err(self.err("too many ranges"));
-        }
-        (0..n).map(|_| Ok((self.u64()?, self.u64()?))).collect()
-    }
-    /// A snapshot sequence: [`HEAD_SNAP`] is the stores' name for the
-    /// head, never a sequence.
-    fn snap_seq(&mut self) -> Result<u64, ProtoError> {
-        let v = self.u64()?;
-        if v == HEAD_SNAP {
-            return Err(self.err("snapshot sequence out of range"));
-        }
-        Ok(v)
-    }
-    fn end(&self) -> Result<(), ProtoError> {
-        if self.d.remaining() != 0 {
-            return Err(self.err("trailing bytes"));
-        }
-        Ok(())
-    }
+    /// A pull's answer for an object with snapshot state.
+    SnapCopy(SnapCopy),
 }
 
 impl Message {
@@ -539,6 +440,7 @@ impl Message {
             Message::Ping => MsgType::Ping,
             Message::Digest(_) => MsgType::Digest,
             Message::DigestInfo(_) => MsgType::DigestInfo,
+            Message::SnapCopy(_) => MsgType::SnapCopy,
         }
     }
 
@@ -611,7 +513,15 @@ impl Message {
                 w.ranges(&s.extents);
                 w.u32(s.data_crc);
                 w.u64(s.snap_seq);
+                match &s.snaps {
+                    None => w.u8(0),
+                    Some(l) => {
+                        w.u8(1);
+                        l.encode(&mut w);
+                    }
+                }
             }
+            Message::SnapCopy(c) => c.encode(&mut w),
             Message::PeerQuery(q) => {
                 w.u32(q.pg.pool.0);
                 w.u32(q.pg.index);
@@ -660,6 +570,7 @@ impl Message {
             MsgType::Ping => "ping",
             MsgType::Digest => "digest",
             MsgType::DigestInfo => "digest info",
+            MsgType::SnapCopy => "snapshot copy",
         };
         let mut r = R {
             d: Decoder::new(meta),
@@ -763,6 +674,16 @@ impl Message {
                 let extents = r.ranges()?;
                 let data_crc = r.u32()?;
                 let snap_seq = r.snap_seq()?;
+                let snaps = match (r.u8()?, kind) {
+                    (0, _) => None,
+                    (1, SubOpKind::Replace) => {
+                        Some(Box::new(SnapLayout::decode(&mut r, &extents)?))
+                    }
+                    (1, _) => {
+                        return Err(r.err("a snapshot layout on a sub-op that is not a replace"));
+                    }
+                    _ => return Err(r.err("bad snapshot layout flag")),
+                };
                 Message::SubOp(SubOp {
                     target,
                     version,
@@ -770,8 +691,10 @@ impl Message {
                     extents,
                     data_crc,
                     snap_seq,
+                    snaps,
                 })
             }
+            MsgType::SnapCopy => Message::SnapCopy(SnapCopy::decode(&mut r)?),
             MsgType::PeerQuery => {
                 let pg = PgId::new(r.u32()?, r.u32()?);
                 let epoch = Epoch(r.u64()?);
@@ -810,6 +733,7 @@ const _: () = assert!(PEER_PAGE <= MAX_PEER_OBJECTS as usize);
 mod tests {
     use super::*;
     use crate::frame::{FrameHeader, HEADER_LEN};
+    use crate::image::CloneLayout;
     use proptest::prelude::*;
 
     fn target() -> Target {
@@ -817,6 +741,28 @@ mod tests {
             pg: PgId::new(2, 77),
             epoch: Epoch(9),
             oid: ObjectId::new(5, 123),
+        }
+    }
+
+    /// Two clones, one with holes, under sequence 7.
+    fn layout() -> SnapLayout {
+        SnapLayout {
+            seq: 7,
+            has_head: true,
+            clones: vec![
+                CloneLayout {
+                    id: 2,
+                    complete: false,
+                    extents: vec![(0, 8192)],
+                    holes: vec![(8192, 4096), (20480, 4096)],
+                },
+                CloneLayout {
+                    id: 7,
+                    complete: true,
+                    extents: vec![(4096, 4096), (12288, 8192)],
+                    holes: Vec::new(),
+                },
+            ],
         }
     }
 
@@ -884,6 +830,42 @@ mod tests {
                 extents: vec![(0, 4096), (65536, 8192)],
                 data_crc: 7,
                 snap_seq: 12,
+                snaps: None,
+            }),
+            Message::SubOp(SubOp {
+                target: target(),
+                version: Version::new(9, 2),
+                kind: SubOpKind::Replace,
+                extents: vec![(0, 4096)],
+                data_crc: 8,
+                snap_seq: 0,
+                snaps: Some(Box::new(layout())),
+            }),
+            Message::SubOp(SubOp {
+                target: target(),
+                version: Version::new(9, 3),
+                kind: SubOpKind::Replace,
+                extents: Vec::new(),
+                data_crc: 9,
+                snap_seq: 0,
+                snaps: Some(Box::new(SnapLayout {
+                    has_head: false,
+                    ..layout()
+                })),
+            }),
+            Message::SubOp(SubOp {
+                target: target(),
+                version: Version::new(9, 4),
+                kind: SubOpKind::Delete,
+                extents: Vec::new(),
+                data_crc: 0,
+                snap_seq: 3,
+                snaps: None,
+            }),
+            Message::SnapCopy(SnapCopy {
+                version: Version::new(4, 4),
+                extents: vec![(8192, 4096)],
+                snaps: layout(),
             }),
             Message::PeerQuery(PeerQuery {
                 pg: PgId::new(1, 2),
@@ -984,7 +966,161 @@ mod tests {
         assert!(Status::StaleSnapSeq.is_retryable());
     }
 
+    /// A replace carrying `snaps` with `extents` for the head.
+    fn replace_with(extents: Vec<(u64, u64)>, snaps: SnapLayout) -> Message {
+        Message::SubOp(SubOp {
+            target: target(),
+            version: Version::new(1, 1),
+            kind: SubOpKind::Replace,
+            extents,
+            data_crc: 0,
+            snap_seq: 0,
+            snaps: Some(Box::new(snaps)),
+        })
+    }
+
+    #[test]
+    fn snapshot_layouts_that_break_the_rules_are_refused() {
+        let with_clones = |f: &dyn Fn(&mut Vec<CloneLayout>)| {
+            let mut l = layout();
+            f(&mut l.clones);
+            l
+        };
+        let bad: Vec<(&str, Message)> = vec![
+            (
+                "descending ids",
+                replace_with(vec![], with_clones(&|c| c.swap(0, 1))),
+            ),
+            (
+                "a repeated id",
+                replace_with(vec![], with_clones(&|c| c[1].id = 2)),
+            ),
+            (
+                "clone id 0",
+                replace_with(vec![], with_clones(&|c| c[0].id = 0)),
+            ),
+            (
+                "a clone newer than the sequence",
+                replace_with(vec![], with_clones(&|c| c[1].id = 8)),
+            ),
+            (
+                "the head's id as the sequence",
+                replace_with(
+                    vec![],
+                    SnapLayout {
+                        seq: u64::MAX,
+                        ..layout()
+                    },
+                ),
+            ),
+            (
+                "a range that overflows",
+                replace_with(
+                    vec![],
+                    with_clones(&|c| c[0].holes = vec![(u64::MAX, 4096)]),
+                ),
+            ),
+            (
+                "a headless object with head extents",
+                replace_with(
+                    vec![(0, 4096)],
+                    SnapLayout {
+                        has_head: false,
+                        ..layout()
+                    },
+                ),
+            ),
+            (
+                "a headless object without clones",
+                replace_with(
+                    vec![],
+                    SnapLayout {
+                        seq: 7,
+                        has_head: false,
+                        clones: Vec::new(),
+                    },
+                ),
+            ),
+            (
+                "a layout on a write",
+                Message::SubOp(SubOp {
+                    target: target(),
+                    version: Version::new(1, 1),
+                    kind: SubOpKind::Write,
+                    extents: vec![(0, 4096)],
+                    data_crc: 0,
+                    snap_seq: 0,
+                    snaps: Some(Box::new(layout())),
+                }),
+            ),
+            (
+                "a headless copy with head extents",
+                Message::SnapCopy(SnapCopy {
+                    version: Version::new(1, 1),
+                    extents: vec![(0, 4096)],
+                    snaps: SnapLayout {
+                        has_head: false,
+                        ..layout()
+                    },
+                }),
+            ),
+        ];
+        for (what, m) in bad {
+            assert!(
+                Message::decode(m.msg_type() as u16, &m.encode()).is_err(),
+                "{what}"
+            );
+        }
+        // Flags other than 0 and 1, and more clones than fit, by hand.
+        let good = replace_with(vec![(0, 4096)], layout());
+        let meta = good.encode();
+        let flag_at = meta.len() - layout_len(&layout()) - 1;
+        let head_flag_at = flag_at + 1 + 8;
+        let clones_at = head_flag_at + 1;
+        let first_complete_at = clones_at + 4 + 8;
+        for (what, at, value) in [
+            ("layout flag", flag_at, 2u8),
+            ("head flag", head_flag_at, 2),
+            ("complete flag", first_complete_at, 9),
+        ] {
+            let mut m = meta.clone();
+            m[at] = value;
+            assert!(
+                Message::decode(MsgType::SubOp as u16, &m).is_err(),
+                "{what}"
+            );
+        }
+        let mut m = meta.clone();
+        m[clones_at..clones_at + 4]
+            .copy_from_slice(&(crate::image::MAX_IMAGE_CLONES + 1).to_le_bytes());
+        assert!(
+            Message::decode(MsgType::SubOp as u16, &m).is_err(),
+            "too many clones"
+        );
+    }
+
+    /// Encoded bytes of a layout.
+    fn layout_len(l: &SnapLayout) -> usize {
+        let mut w = W(Vec::new());
+        l.encode(&mut w);
+        w.0.len()
+    }
+
     proptest! {
+        #[test]
+        fn corrupted_snapshot_images_never_panic(
+            flips in proptest::collection::vec((any::<usize>(), any::<u8>()), 1..8),
+        ) {
+            for m in [replace_with(vec![(0, 4096)], layout()), samples().into_iter().find(|m| matches!(m, Message::SnapCopy(_))).expect("a snapshot copy")] {
+                let mut meta = m.encode();
+                for (at, v) in &flips {
+                    let n = meta.len();
+                    meta[at % n] ^= v;
+                }
+                let _ = Message::decode(m.msg_type() as u16, &meta);
+            }
+        }
+
         #[test]
         fn arbitrary_bytes_never_panic(t in 0u16..40, meta in proptest::collection::vec(any::<u8>(), 0..512)) {
             let _ = Message::decode(t, &meta);

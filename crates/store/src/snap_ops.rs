@@ -12,6 +12,7 @@ use crate::error::{Result, StoreError};
 use crate::objects::BlockEntry;
 use crate::record::{Entry, EntryKind, MAX_ENTRIES};
 use crate::signal::yield_now;
+use crate::snaps::{CLONE_HEADER_BYTES, HOLE_BYTES, SNAP_SECTION_BYTES};
 use crate::store::{Group, OpKind, ReadOutput, Store, View, WriteSpec};
 
 /// Which layer of an object an image's extents go to.
@@ -188,16 +189,31 @@ impl<D: BlockDevice> Store<D> {
     /// old object or the new one. The image must fit one record (about
     /// 7,000 blocks of data across its layers, 250 layers); larger ones are
     /// refused with `InvalidArgument` and need a staged install (not built).
+    /// The image may come from a peer: clone ids must ascend and be no
+    /// newer than its sequence, a headless image's newest clone must be
+    /// complete, ranges must be aligned, ordered and inside the object;
+    /// anything else is refused with `InvalidArgument` and changes nothing.
     pub async fn replace_snaps(&self, oid: ObjectId, image: &SnapImage) -> Result<()> {
         let mut g = Group::default();
         g.entries
             .push(Entry::bare(EntryKind::Purge, oid, image.version));
+        if image.seq == HEAD {
+            return Err(StoreError::InvalidArgument(
+                "an image's sequence cannot be the head's id".into(),
+            ));
+        }
         let mut prev = 0u64;
         for c in &image.clones {
-            if c.id <= prev || c.id > image.seq.max(c.id) {
+            if c.id <= prev {
                 return Err(StoreError::InvalidArgument(format!(
                     "clone ids must ascend (clone {} after {prev})",
                     c.id
+                )));
+            }
+            if c.id > image.seq {
+                return Err(StoreError::InvalidArgument(format!(
+                    "clone {} is newer than the image's sequence {}",
+                    c.id, image.seq
                 )));
             }
             prev = c.id;
@@ -212,14 +228,14 @@ impl<D: BlockDevice> Store<D> {
                 "an image without a head needs a complete newest clone".into(),
             ));
         }
-        let mut layers: Vec<(WriteLayer, &[(u64, AlignedBuf)])> = image
-            .clones
-            .iter()
-            .map(|c| (WriteLayer::Clone(c.id), &c.extents[..]))
-            .collect();
+        let mut hole_blocks = 0u64;
         for c in &image.clones {
             for r in &c.holes {
-                let (start, n) = self.check_range(r.start, r.end - r.start)?;
+                let len = r.end.checked_sub(r.start).ok_or_else(|| {
+                    StoreError::InvalidArgument(format!("hole {r:?} ends before it starts"))
+                })?;
+                let (start, n) = self.check_range(r.start, len)?;
+                hole_blocks += u64::from(n);
                 g.entries.push(Entry {
                     start_blk: start,
                     nblk: n,
@@ -229,30 +245,49 @@ impl<D: BlockDevice> Store<D> {
                 });
             }
         }
-        if let Some(head) = &image.head {
+        if image.seq > 0 {
+            g.meta_bytes = SNAP_SECTION_BYTES
+                + CLONE_HEADER_BYTES * image.clones.len() as u64
+                + HOLE_BYTES * hole_blocks;
+        }
+        // The head, or (raw Delete) its absence, at the image's sequence.
+        g.entries.push(Entry {
+            snap: image.seq,
+            ..Entry::bare(EntryKind::Create, oid, image.version)
+        });
+        if image.head.is_none() {
             g.entries.push(Entry {
-                snap: image.seq,
-                ..Entry::bare(EntryKind::Create, oid, image.version)
+                raw: true,
+                ..Entry::bare(EntryKind::Delete, oid, image.version)
             });
+        }
+        let mut layers: Vec<(WriteLayer, &[(u64, AlignedBuf)])> = image
+            .clones
+            .iter()
+            .map(|c| (WriteLayer::Clone(c.id), &c.extents[..]))
+            .collect();
+        if let Some(head) = &image.head {
             layers.push((WriteLayer::Head, &head[..]));
         }
+        // Every range is checked before any data is written.
+        let mut checked = Vec::with_capacity(layers.len());
         for (layer, extents) in layers {
-            if extents.is_empty() {
-                continue;
-            }
-            let mut ranges: Vec<(u32, u32)> = Vec::new();
-            let mut total = 0usize;
+            let mut ranges: Vec<(u32, u32)> = Vec::with_capacity(extents.len());
             for (off, data) in extents {
                 let r = self.check_range(*off, data.len() as u64)?;
                 if ranges.last().is_some_and(|&(s, n)| s + n > r.0) {
-                    self.free_row_entries(&g);
                     return Err(StoreError::InvalidArgument(
                         "image extents overlap or are unordered".into(),
                     ));
                 }
                 ranges.push(r);
-                total += data.len();
             }
+            if !ranges.is_empty() {
+                checked.push((layer, extents, ranges));
+            }
+        }
+        for (layer, extents, ranges) in checked {
+            let total = extents.iter().map(|(_, d)| d.len()).sum();
             let mut all = AlignedBuf::for_read(total);
             let mut at = 0;
             for (_, data) in extents {

@@ -373,6 +373,19 @@ impl<D: BlockDevice> Store<D> {
         self.submit(g).await
     }
 
+    /// Removes object `oid` entirely, head and every clone, and frees all
+    /// its blocks: for copies nobody reads any more (a removed volume's, a
+    /// stray's). Unlike [`Store::delete_snap`] it keeps nothing for
+    /// snapshots. Durable when it returns; an absent object is no error.
+    pub async fn purge(&self, oid: ObjectId, version: Version) -> Result<()> {
+        let mut g = Group {
+            kind: OpKind::Delete,
+            ..Default::default()
+        };
+        g.entries.push(Entry::bare(EntryKind::Purge, oid, version));
+        self.submit(g).await
+    }
+
     /// Adds to `g`'s reservation what the snapshot rules may keep: for a
     /// write (`holes`), head blocks in `ranges` that move into a clone
     /// instead of being freed (they stay allocated while the new data takes
@@ -966,6 +979,12 @@ impl<D: BlockDevice> Store<D> {
             .map(|o| o.version)
     }
 
+    /// The object's version if the store holds anything of it: its head,
+    /// or (head deleted) clones that snapshots still read.
+    pub fn held_version(&self, oid: ObjectId) -> Option<Version> {
+        self.inner.st.borrow().objects.get(&oid).map(|o| o.version)
+    }
+
     /// Allocated byte ranges of the object (ascending, merged).
     pub fn allocated(&self, oid: ObjectId) -> Vec<Range<u64>> {
         let st = self.inner.st.borrow();
@@ -991,12 +1010,27 @@ impl<D: BlockDevice> Store<D> {
     /// pass over the table; only what is kept is copied and sorted (a PG's
     /// share, when peering lists a PG on a store holding many).
     pub fn list_where(&self, keep: impl Fn(ObjectId) -> bool) -> Vec<(ObjectId, Version)> {
+        self.list_filtered(true, keep)
+    }
+
+    /// Like [`Store::list_where`], with the objects that live on only for
+    /// their snapshots (head deleted) too: everything this store holds of
+    /// the objects, as peering and reclaim must see it.
+    pub fn list_held_where(&self, keep: impl Fn(ObjectId) -> bool) -> Vec<(ObjectId, Version)> {
+        self.list_filtered(false, keep)
+    }
+
+    fn list_filtered(
+        &self,
+        heads_only: bool,
+        keep: impl Fn(ObjectId) -> bool,
+    ) -> Vec<(ObjectId, Version)> {
         let st = self.inner.st.borrow();
         let mut v: Vec<_> = st
             .objects
             .map
             .iter()
-            .filter(|(k, o)| o.has_head() && keep(**k))
+            .filter(|(k, o)| (o.has_head() || !heads_only) && keep(**k))
             .map(|(k, o)| (*k, o.version))
             .collect();
         v.sort_unstable();

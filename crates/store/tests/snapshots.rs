@@ -7,7 +7,7 @@ mod common;
 use std::collections::BTreeMap;
 
 use common::{Harness, OBJECT_BLOCKS, block, blocks};
-use pontoon_store::{HEAD, MemDevice};
+use pontoon_store::{CloneImage, HEAD, MemDevice, SnapImage, StoreError};
 use pontoon_types::{BLOCK_SIZE, ObjectId, Version, VolumeId, mix64};
 use proptest::prelude::*;
 
@@ -812,6 +812,187 @@ fn a_replica_rebuilt_from_a_snapshot_image_reads_every_snapshot_alike() {
     m.cuts.clear();
     trim(&mut dst, &m);
     check(&mut dst, &m, &universe, "rebuilt replica, trimmed");
+}
+
+/// A headless object whose newest clones were trimmed keeps a sequence
+/// above its newest clone: the copy has the same, so later writes open
+/// (or do not open) the same clones on both.
+#[test]
+fn a_headless_copy_keeps_the_sequence_beyond_its_newest_clone() {
+    let mut src = Harness::fresh();
+    let mut m = SnapModel::default();
+    let o = oid(2);
+    w(&mut src, &mut m, o, 0, 6, 1);
+    m.snapshot();
+    w(&mut src, &mut m, o, 2, 2, 2);
+    m.snapshot();
+    let s = src.store.clone();
+    src.run(s.delete_snap(o, Version::new(1, 3), m.seq))
+        .unwrap();
+    m.delete(o);
+    m.cuts.remove(&2);
+    trim(&mut src, &m);
+    let info = src.store.snaps(o).expect("snapshot state");
+    assert!(!info.has_head);
+    assert_eq!(info.seq, 2);
+    assert_eq!(
+        info.clones.iter().map(|c| c.id).collect::<Vec<_>>(),
+        vec![1]
+    );
+    let img = src.run(s.read_object_snaps(o)).unwrap().expect("held");
+    let mut dst = Harness::fresh();
+    let d = dst.store.clone();
+    dst.run(d.replace_snaps(o, &img)).unwrap();
+    assert_eq!(dst.store.snaps(o), src.store.snaps(o));
+    assert_eq!(dst.store.held_version(o), Some(Version::new(1, 3)));
+    assert_eq!(dst.store.version(o), None, "no head");
+    check(&mut dst, &m, &[o], "headless copy");
+    let mut dst = dst.crash(3);
+    assert_eq!(
+        dst.store.snaps(o),
+        src.store.snaps(o),
+        "after a power failure"
+    );
+    check(&mut dst, &m, &[o], "headless copy after a power failure");
+}
+
+/// Images come from peers now: a bad one is refused with
+/// `InvalidArgument` before anything changes (no block leaks, the old copy
+/// stays), whatever is wrong with it.
+#[test]
+fn a_malformed_snapshot_image_is_refused_and_changes_nothing() {
+    let mut h = Harness::fresh();
+    let mut m = SnapModel::default();
+    let o = oid(3);
+    w(&mut h, &mut m, o, 0, 8, 1);
+    m.snapshot();
+    w(&mut h, &mut m, o, 0, 4, 2);
+    let s = h.store.clone();
+    let good = || -> SnapImage {
+        let data = |seed: u64, n: u32| blocks(seed, n);
+        SnapImage {
+            version: Version::new(2, 1),
+            seq: 3,
+            head: Some(vec![(0, data(7, 2))]),
+            clones: vec![
+                CloneImage {
+                    id: 1,
+                    complete: false,
+                    extents: vec![(0, data(8, 2)), (16384, data(9, 1))],
+                    holes: vec![8192..12288, 24576..28672],
+                },
+                CloneImage {
+                    id: 3,
+                    complete: true,
+                    extents: vec![(4096, data(10, 1))],
+                    holes: Vec::new(),
+                },
+            ],
+        }
+    };
+    let used = h.store.stats().used_bytes;
+    let snaps = h.store.snaps(o);
+    let bad: Vec<(&str, SnapImage)> = vec![
+        ("a clone newer than the sequence", {
+            let mut i = good();
+            i.seq = 2;
+            i
+        }),
+        ("clone ids that do not ascend", {
+            let mut i = good();
+            i.clones.swap(0, 1);
+            i
+        }),
+        ("a clone id of 0", {
+            let mut i = good();
+            i.clones[0].id = 0;
+            i
+        }),
+        ("the head's id as the sequence", {
+            let mut i = good();
+            i.seq = HEAD;
+            i
+        }),
+        ("no head and an incomplete newest clone", {
+            let mut i = good();
+            i.head = None;
+            i.clones[1].complete = false;
+            i
+        }),
+        ("a hole that ends before it starts", {
+            let mut i = good();
+            #[allow(clippy::reversed_empty_ranges)]
+            let r = 8192..4096;
+            i.clones[0].holes = vec![r];
+            i
+        }),
+        ("a hole outside the object", {
+            let mut i = good();
+            i.clones[0].holes = vec![24576..28672, OBJ_BYTES..OBJ_BYTES + 4096];
+            i
+        }),
+        ("overlapping extents in a later layer", {
+            let mut i = good();
+            i.head = Some(vec![(0, blocks(11, 2)), (4096, blocks(12, 1))]);
+            i
+        }),
+        ("an extent past the object's end", {
+            let mut i = good();
+            i.head = Some(vec![(OBJ_BYTES - 4096, blocks(13, 2))]);
+            i
+        }),
+        ("an unaligned extent", {
+            let mut i = good();
+            i.clones[1].extents = vec![(100, blocks(14, 1))];
+            i
+        }),
+    ];
+    for (what, img) in bad {
+        match h.run(s.replace_snaps(o, &img)) {
+            Err(StoreError::InvalidArgument(_)) => {}
+            other => panic!("{what}: {other:?}"),
+        }
+        assert_eq!(h.store.snaps(o), snaps, "{what}: clones unchanged");
+        assert_eq!(h.store.stats().used_bytes, used, "{what}: no block kept");
+        check(&mut h, &m, &[o], what);
+    }
+    h.run(s.replace_snaps(o, &good()))
+        .expect("the good image installs");
+    let info = h.store.snaps(o).expect("snapshot state");
+    assert_eq!((info.seq, info.clones.len()), (3, 2));
+}
+
+/// Purging removes an object with everything its snapshots held, headless
+/// or not, and frees every block, also across a power failure.
+#[test]
+fn a_purge_removes_the_head_and_every_clone() {
+    let mut h = Harness::fresh();
+    let mut m = SnapModel::default();
+    let (a, b) = (oid(4), oid(5));
+    w(&mut h, &mut m, a, 0, 8, 1);
+    w(&mut h, &mut m, b, 0, 8, 2);
+    m.snapshot();
+    w(&mut h, &mut m, a, 0, 4, 3);
+    w(&mut h, &mut m, b, 2, 4, 4);
+    let s = h.store.clone();
+    h.run(s.delete_snap(b, Version::new(1, 5), m.seq)).unwrap();
+    assert!(h.store.snaps(b).is_some_and(|i| !i.has_head));
+    assert_eq!(h.store.list_held_where(|_| true).len(), 2);
+    for o in [a, b] {
+        h.run(s.purge(o, Version::new(1, 6))).unwrap();
+    }
+    let gone = |h: &Harness, what: &str| {
+        for o in [a, b] {
+            assert_eq!(h.store.snaps(o), None, "{what}: {o}");
+            assert_eq!(h.store.held_version(o), None, "{what}: {o}");
+        }
+        assert!(h.store.list_held_where(|_| true).is_empty(), "{what}");
+        assert_eq!(h.store.stats().used_bytes, 0, "{what}: every block freed");
+        assert!(h.store.volume_usage().is_empty(), "{what}");
+    };
+    gone(&h, "purged");
+    let h = h.crash(7);
+    gone(&h, "purged, after a power failure");
 }
 
 #[derive(Clone, Debug)]

@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 use pontoon_client::{Client, MapFeed, Volume};
 use pontoon_cluster::ClusterMap;
 use pontoon_net::RpcConn;
-use pontoon_proto::{Message, Role, Status, Target};
+use pontoon_proto::{Message, Role, SnapLayout, Status, Target};
 use pontoon_sim::workload::{
     BLOCK, Kind, Op, Outcome, decode, describe_difference, encode, offset_of,
 };
@@ -602,11 +602,19 @@ pub fn violations(ops: &[Op]) -> Vec<String> {
 }
 
 /// One copy of an object as an acting member holds it.
-type Copy = (OsdId, pontoon_types::Version, Vec<(u64, u64)>, Vec<u8>);
+/// A member's copy: who, version, head extents, snapshot layout (objects
+/// with snapshot state), and every byte (the head's, then the clones').
+type Copy = (
+    OsdId,
+    pontoon_types::Version,
+    Vec<(u64, u64)>,
+    Option<SnapLayout>,
+    Vec<u8>,
+);
 
 /// Whether every acting member of the PG of every object of `volume`
 /// (the first `objects` of them, if given) holds the same version and the
-/// same bytes of it (asked with `Pull`, as a peer OSD would, in the
+/// same bytes of it, snapshot clones included (asked with `Pull`, as a peer OSD would, in the
 /// interval of `map`), and every PG has as many members as its pool's
 /// size. Returns how many objects were compared, or what differs. Runs on
 /// a compio runtime of a thread of its own.
@@ -662,20 +670,22 @@ async fn compare(map: &ClusterMap, volume: &str, objects: Option<u64>) -> Result
         }
         if let Some(first) = copies.first() {
             for c in &copies[1..] {
-                if (c.1, &c.2, &c.3) != (first.1, &first.2, &first.3) {
+                if (c.1, &c.2, &c.3, &c.4) != (first.1, &first.2, &first.3, &first.4) {
                     problems.push(format!(
                         "{oid} ({pg}, interval {}): {} holds version {} ({} bytes in {:?}) but {} holds version {} ({} bytes in {:?}){}",
                         rec.interval,
                         first.0,
                         first.1,
-                        first.3.len(),
+                        first.4.len(),
                         first.2,
                         c.0,
                         c.1,
-                        c.3.len(),
+                        c.4.len(),
                         c.2,
-                        if first.2 == c.2 {
-                            describe_difference(&first.3, &c.3)
+                        if first.3 != c.3 {
+                            format!(": snapshot clones differ ({:?} / {:?})", first.3, c.3)
+                        } else if first.2 == c.2 {
+                            describe_difference(&first.4, &c.4)
                         } else {
                             String::new()
                         }
@@ -721,18 +731,13 @@ async fn pull(
         .call(&Message::Pull(t), None, Duration::from_secs(10))
         .await
         .map_err(|e| format!("pull from {addr}: {e}"))?;
-    let Message::Reply(r) = reply else {
-        return Err(format!("pull answered with {reply:?}"));
-    };
-    if r.status != Status::Ok {
-        return Err(format!("pull: {:?}: {}", r.status, r.message));
+    let data = data.map(|d| d.to_vec()).unwrap_or_default();
+    match reply {
+        Message::Reply(r) if r.status == Status::Ok => Ok((osd, r.version, r.ranges, None, data)),
+        Message::Reply(r) => Err(format!("pull: {:?}: {}", r.status, r.message)),
+        Message::SnapCopy(c) => Ok((osd, c.version, c.extents, Some(c.snaps), data)),
+        other => Err(format!("pull answered with {other:?}")),
     }
-    Ok((
-        osd,
-        r.version,
-        r.ranges,
-        data.map(|d| d.to_vec()).unwrap_or_default(),
-    ))
 }
 
 #[cfg(test)]
