@@ -24,6 +24,8 @@
 //! ```
 
 mod catalog;
+mod diff;
+pub mod diff_stream;
 pub mod locate;
 pub mod map_feed;
 pub mod object_io;

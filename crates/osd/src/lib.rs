@@ -21,6 +21,7 @@ pub mod control;
 pub mod daemon;
 pub mod deadline;
 pub mod device_lock;
+mod diff;
 mod full;
 pub mod heartbeat;
 pub mod identity;

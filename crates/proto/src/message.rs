@@ -1,14 +1,16 @@
 //! Messages and the encoding of their fields.
 //!
 //! Client → primary: [`ReadReq`], [`WriteReq`], [`DiscardReq`], allocation
-//! queries; primary → replicas: [`SubOp`]; peering and recovery among OSDs:
-//! [`PeerQuery`]/[`PeerInfo`] and pulls; every answer is a [`Reply`].
+//! and changed-extents ([`DiffReq`]) queries; primary → replicas:
+//! [`SubOp`]; peering and recovery among OSDs: [`PeerQuery`]/[`PeerInfo`]
+//! and pulls; every answer is a [`Reply`].
 //! Every request names the PG and the interval epoch its sender believes
 //! current, so a receiver with a different view can refuse it.
 
 use pontoon_types::codec::Decoder;
 use pontoon_types::{Epoch, ObjectId, OsdId, PgId, Version};
 
+use crate::diff::{DiffReq, DiffView};
 use crate::frame::{MAX_META, ProtoError};
 
 /// Protocol revision spoken; a peer with another one is refused at hello.
@@ -43,6 +45,8 @@ pub enum MsgType {
     Discard = 12,
     /// Allocation query: a [`Target`].
     Allocation = 13,
+    /// Changed-extents query: a [`DiffReq`].
+    Diff = 14,
     /// [`Reply`].
     Reply = 20,
     /// [`SubOp`].
@@ -73,6 +77,7 @@ impl MsgType {
             11 => Self::Write,
             12 => Self::Discard,
             13 => Self::Allocation,
+            14 => Self::Diff,
             20 => Self::Reply,
             30 => Self::SubOp,
             31 => Self::PeerQuery,
@@ -394,6 +399,8 @@ pub enum Message {
     Discard(DiscardReq),
     /// Which ranges of an object are allocated.
     Allocation(Target),
+    /// Which ranges of an object differ between two views.
+    Diff(DiffReq),
     /// Answer to anything.
     Reply(Reply),
     /// Primary to replica.
@@ -531,6 +538,7 @@ impl Message {
             Message::Write(_) => MsgType::Write,
             Message::Discard(_) => MsgType::Discard,
             Message::Allocation(_) => MsgType::Allocation,
+            Message::Diff(_) => MsgType::Diff,
             Message::Reply(_) => MsgType::Reply,
             Message::SubOp(_) => MsgType::SubOp,
             Message::PeerQuery(_) => MsgType::PeerQuery,
@@ -584,6 +592,11 @@ impl Message {
                 w.u64(r.snap_seq);
             }
             Message::Allocation(t) | Message::Pull(t) => w.target(t),
+            Message::Diff(d) => {
+                w.target(&d.target);
+                w.u64(d.from.to_wire());
+                w.u64(d.to.to_wire());
+            }
             Message::Ping => {}
             Message::Digest(d) => {
                 w.target(&d.target);
@@ -652,6 +665,7 @@ impl Message {
             MsgType::Write => "write",
             MsgType::Discard => "discard",
             MsgType::Allocation => "allocation",
+            MsgType::Diff => "diff",
             MsgType::Reply => "reply",
             MsgType::SubOp => "sub-op",
             MsgType::PeerQuery => "peer query",
@@ -712,6 +726,14 @@ impl Message {
                 snap_seq: r.snap_seq()?,
             }),
             MsgType::Allocation => Message::Allocation(r.target()?),
+            MsgType::Diff => Message::Diff(DiffReq {
+                target: r.target()?,
+                from: DiffView::from_wire(r.u64()?),
+                to: match DiffView::from_wire(r.u64()?) {
+                    DiffView::Nothing => return Err(r.err("a diff to nothing")),
+                    v => v,
+                },
+            }),
             MsgType::Pull => Message::Pull(r.target()?),
             MsgType::AuthHello | MsgType::AuthChallenge | MsgType::AuthProof => {
                 return Err(r.err("an authentication message outside the handshake"));
@@ -861,6 +883,16 @@ mod tests {
                 snap_seq: 0,
             }),
             Message::Allocation(target()),
+            Message::Diff(DiffReq {
+                target: target(),
+                from: DiffView::Snap(3),
+                to: DiffView::Head,
+            }),
+            Message::Diff(DiffReq {
+                target: target(),
+                from: DiffView::Nothing,
+                to: DiffView::Snap(9),
+            }),
             Message::Pull(target()),
             Message::Ping,
             Message::Digest(DigestReq {
