@@ -38,6 +38,7 @@ use std::sync::Arc;
 pub use catalog::ClusterCatalog;
 pub use map_feed::{ClientIdentity, LocalMap, MapFeed};
 pub use object_io::{CustomWire, Transport, Wire};
+pub use pontoon_proto::{ChangedExtent, DiffView};
 pub use volume::Volume;
 
 use pontoon_proto::{Reply, Status};
