@@ -158,11 +158,16 @@ pub fn export_diff(cluster: &ClusterArgs, a: ExportDiffArgs) -> Result<()> {
 pub fn import_diff(cluster: &ClusterArgs, a: ImportDiffArgs) -> Result<()> {
     check_volume(&a.volume)?;
     let (input, file_size) = open_input(&a.file)?;
-    if file_size.is_some() {
-        // A file is checked whole before anything is applied.
-        verify(BufReader::new(input)).map_err(|e| anyhow!("{}: {e}; nothing applied", a.file))?;
-    }
-    let (input, _) = open_input(&a.file)?;
+    let input = match file_size {
+        Some(_) => {
+            // A file is checked whole before anything is applied, then
+            // read again to apply.
+            verify(BufReader::new(input))
+                .map_err(|e| anyhow!("{}: {e}; nothing applied", a.file))?;
+            open_input(&a.file)?.0
+        }
+        None => input,
+    };
     let mut reader = DiffReader::new(BufReader::with_capacity(1 << 20, input))
         .map_err(|e| anyhow!("{}: {e}; nothing applied", a.file))?;
     let h = reader.header().clone();

@@ -99,6 +99,26 @@ impl Drop for Holder {
     }
 }
 
+/// Waits (at most 15 s) until the gateway at `port` serves `export` with
+/// at least `size` bytes: it learns a resize from its map watch.
+fn wait_size(port: u16, export: &str, size: u64) {
+    let last = format!("read {} 4k", size - 4096);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(15);
+    loop {
+        let out = qemu_io(port, export, true, &[&last]);
+        let text = String::from_utf8_lossy(&out.stderr).into_owned()
+            + &String::from_utf8_lossy(&out.stdout);
+        if out.status.success() && !text.contains("failed") {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the gateway does not serve {size} bytes of {export}: {text}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+}
+
 /// `pontoon up` with two OSDs and an NBD gateway, a pool `p` of size 2
 /// and volume `v1` of `size`; returns the gateway's port.
 fn cluster(dir: &Path, size: &str) -> (Up, u16) {
@@ -128,6 +148,7 @@ fn rollback_returns_the_volume_to_the_snapshot_unless_a_gateway_has_it_open() {
     ok(&dir, &["snap", "create", "v1@b"]);
     // The volume grows past the snapshot and is written there.
     ok(&dir, &["volume", "resize", "v1", "--size", "128M"]);
+    wait_size(port, "v1", 128 * MIB);
     qemu_io_ok(port, "v1", false, &["write -P 0xc3 100M 2M"]);
     let b = [
         "read -P 0xa1 0 1M",
@@ -181,6 +202,7 @@ fn rollback_returns_the_volume_to_the_snapshot_unless_a_gateway_has_it_open() {
     wait_export(port, "v1@b");
     qemu_io_ok(port, "v1@b", true, &b);
     ok(&dir, &["volume", "resize", "v1", "--size", "128M"]);
+    wait_size(port, "v1", 128 * MIB);
     qemu_io_ok(port, "v1", true, &["read -P 0 64M 64M"]);
 
     // --force rolls back under an open host (forward, to b, here).
