@@ -166,7 +166,7 @@ impl ImageWriter {
 }
 
 fn zeros(o: &mut impl Write, mut n: u64) -> Result<()> {
-    const Z: [u8; 64 << 10] = [0; 64 << 10];
+    static Z: [u8; 64 << 10] = [0; 64 << 10];
     while n > 0 {
         let k = n.min(Z.len() as u64) as usize;
         o.write_all(&Z[..k]).context("writing standard output")?;

@@ -148,7 +148,7 @@ mod tests {
             vec![(4096, 4096), (0, 4096)],
             vec![(0, 0)],
             vec![(4 << 20, 4096)],
-            vec![(ZERO_FLAG | (4 << 20) - 4096, 8192)],
+            vec![(ZERO_FLAG | ((4 << 20) - 4096), 8192)],
             vec![(u64::MAX - 4095, 4096)],
         ] {
             assert!(decode_extents(&bad, 4 << 20).is_err(), "{bad:?}");
