@@ -7,6 +7,7 @@
 //! the snapshot's blocks where the head differs and discards where the
 //! snapshot reads zeros.
 
+use pontoon_buf::AlignedBuf;
 use pontoon_proto::diff::decode_extents;
 use pontoon_proto::{ChangedExtent, DiffReq, DiffView, Message};
 use pontoon_types::ObjectId;
@@ -14,8 +15,18 @@ use pontoon_types::ObjectId;
 use crate::ClientError;
 use crate::volume::Volume;
 
-/// Most bytes one read of a rollback copies (bounds its memory).
-const COPY_CHUNK: u64 = 4 << 20;
+/// Most bytes one read of changed data asks for.
+pub const READ_CHUNK: u64 = 4 << 20;
+
+/// One changed extent with, where the view reads data, that data (in
+/// pieces of at most [`READ_CHUNK`]: (volume offset, bytes)).
+#[derive(Debug)]
+pub struct Change {
+    /// What changed.
+    pub extent: ChangedExtent,
+    /// Its data, empty where it reads zeros.
+    pub data: Vec<(u64, AlignedBuf)>,
+}
 
 impl Volume {
     /// The id of this volume's snapshot `name`, from the newest map.
@@ -85,6 +96,28 @@ impl Volume {
             .collect())
     }
 
+    /// [`Volume::diff_object`] with the changed data read: at most one
+    /// object's worth in memory.
+    pub async fn read_changes(
+        &self,
+        index: u64,
+        from: DiffView,
+    ) -> Result<Vec<Change>, ClientError> {
+        let mut out = Vec::new();
+        for extent in self.diff_object(index, from).await? {
+            let mut data = Vec::new();
+            let end = extent.offset + extent.len;
+            let mut at = extent.offset;
+            while extent.data && at < end {
+                let n = READ_CHUNK.min(end - at);
+                data.push((at, self.read_at(at, n).await?));
+                at += n;
+            }
+            out.push(Change { extent, data });
+        }
+        Ok(out)
+    }
+
     /// Returns object `index` of this volume's head to what `snap` (a
     /// snapshot of this volume) reads: copies the snapshot's blocks where
     /// the head differs, discards where the snapshot reads zeros, and
@@ -103,19 +136,14 @@ impl Volume {
         let snap_end = snap.current_size().min(end);
         let mut changed = 0;
         if start < snap_end {
-            for e in snap.diff_object(index, DiffView::Head).await? {
-                if !e.data {
-                    self.discard_at(e.offset, e.len).await?;
-                } else {
-                    let mut at = e.offset;
-                    while at < e.offset + e.len {
-                        let n = COPY_CHUNK.min(e.offset + e.len - at);
-                        let data = snap.read_at(at, n).await?;
-                        self.write_buf(at, data).await?;
-                        at += n;
-                    }
+            for c in snap.read_changes(index, DiffView::Head).await? {
+                if !c.extent.data {
+                    self.discard_at(c.extent.offset, c.extent.len).await?;
                 }
-                changed += e.len;
+                for (at, data) in c.data {
+                    self.write_buf(at, data).await?;
+                }
+                changed += c.extent.len;
             }
         }
         // Past the snapshot's size it reads nothing: discard what the head

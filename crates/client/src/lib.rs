@@ -36,6 +36,7 @@ use std::rc::Rc;
 use std::sync::Arc;
 
 pub use catalog::ClusterCatalog;
+pub use diff::{Change, READ_CHUNK};
 pub use map_feed::{ClientIdentity, LocalMap, MapFeed};
 pub use object_io::{CustomWire, Transport, Wire};
 pub use pontoon_proto::{ChangedExtent, DiffView};

@@ -19,15 +19,16 @@ use anyhow::{Result, anyhow, bail};
 use clap::Args;
 use futures::StreamExt;
 use futures::stream::FuturesUnordered;
+use pontoon_client::Client;
+use pontoon_client::DiffView;
 use pontoon_client::diff_stream::{DiffHeader, DiffReader, DiffRecord, DiffWriter, verify};
-use pontoon_client::{ChangedExtent, DiffView};
-use pontoon_client::{Client, Volume};
 use pontoon_cluster::check_snap_name;
 use pontoon_types::format_size;
 
 use crate::cluster_args::ClusterArgs;
 use crate::volume_io::{
-    CHUNK, IN_FLIGHT, Output, check_volume, data_runtime, find, open_input, progress, wait_for_map,
+    CHUNK, IN_FLIGHT, Output, check_volume, data_runtime, find, open_input, progress, report,
+    wait_for_size,
 };
 
 /// `pontoon volume export-diff`.
@@ -54,26 +55,6 @@ pub struct ImportDiffArgs {
     /// from-snapshot.
     #[arg(long)]
     force: bool,
-}
-
-/// An object's changed extents, with the data of those that hold data.
-type ObjectChanges = Vec<(ChangedExtent, Vec<(u64, pontoon_buf::AlignedBuf)>)>;
-
-async fn object_changes(vol: &Volume, index: u64, from: DiffView) -> Result<ObjectChanges> {
-    let mut out = Vec::new();
-    for e in vol.diff_object(index, from).await? {
-        let mut data = Vec::new();
-        if e.data {
-            let mut at = e.offset;
-            while at < e.offset + e.len {
-                let n = CHUNK.min(e.offset + e.len - at);
-                data.push((at, vol.read_at(at, n).await?));
-                at += n;
-            }
-        }
-        out.push((e, data));
-    }
-    Ok(out)
 }
 
 /// Runs `volume export-diff`.
@@ -117,16 +98,15 @@ pub fn export_diff(cluster: &ClusterArgs, a: ExportDiffArgs) -> Result<()> {
         let vol = Client::new(feed.clone()).open(&a.spec)?;
         let vol = &vol;
         let mut objects = futures::stream::iter(0..vol.objects_in(size))
-            .map(|i| async move { object_changes(vol, i, from).await })
+            .map(|i| vol.read_changes(i, from))
             .buffered(IN_FLIGHT);
         while let Some(changes) = objects.next().await {
-            for (e, data) in changes? {
-                if e.data {
-                    for (at, d) in data {
-                        w.data(at, &d)?;
-                    }
-                } else {
-                    w.zero(e.offset, e.len)?;
+            for c in changes? {
+                if !c.extent.data {
+                    w.zero(c.extent.offset, c.extent.len)?;
+                }
+                for (at, d) in c.data {
+                    w.data(at, &d)?;
                 }
             }
             bar.inc(vol.object_size());
@@ -146,11 +126,7 @@ pub fn export_diff(cluster: &ClusterArgs, a: ExportDiffArgs) -> Result<()> {
         totals.records,
         format_size(totals.data_bytes)
     );
-    if to_stdout {
-        eprintln!("{msg}");
-    } else {
-        println!("{msg}");
-    }
+    report(to_stdout, &msg);
     Ok(())
 }
 
@@ -199,10 +175,7 @@ pub fn import_diff(cluster: &ClusterArgs, a: ImportDiffArgs) -> Result<()> {
         rt.block_on(store.resize_volume(name, h.size, false))?;
     }
     let (feed, _) = cluster.feed(pontoon_cluster::auth::ADMIN_ENTITY)?;
-    wait_for_map(&feed, &format!("volume {name} of {} bytes", h.size), |m| {
-        m.volume_by_name(name)
-            .is_some_and(|v| v.size_bytes >= h.size)
-    })?;
+    wait_for_size(&feed, name, h.size)?;
     let bar = progress(&format!("applying {} to {name}", a.file), file_size);
     let applied = data_runtime()?.block_on(async {
         let vol = Client::new(feed.clone()).open(name)?;

@@ -25,7 +25,7 @@ use pontoon_types::{BLOCK_SIZE, format_size};
 use crate::cluster_args::ClusterArgs;
 use crate::volume_io::{
     CHUNK, IN_FLIGHT, ImageWriter, Output, check_volume, data_runtime, find, open_input,
-    parse_spec, progress, read_full, wait_for_map,
+    parse_spec, progress, read_full, report, wait_for_size,
 };
 
 /// Size a volume imported from standard input starts at (it doubles as
@@ -53,23 +53,6 @@ pub struct ImportArgs {
     pool: Option<String>,
 }
 
-/// The data extents of object `index` of `vol` (volume offsets), read.
-pub async fn read_object_data(vol: &Volume, index: u64) -> Result<Vec<(u64, AlignedBuf)>> {
-    let mut out = Vec::new();
-    for e in vol.diff_object(index, DiffView::Nothing).await? {
-        if !e.data {
-            continue;
-        }
-        let mut at = e.offset;
-        while at < e.offset + e.len {
-            let n = CHUNK.min(e.offset + e.len - at);
-            out.push((at, vol.read_at(at, n).await?));
-            at += n;
-        }
-    }
-    Ok(out)
-}
-
 /// Runs `volume export`.
 pub fn export(cluster: &ClusterArgs, a: ExportArgs) -> Result<()> {
     let (volume, snap) = parse_spec(&a.spec)?;
@@ -87,10 +70,10 @@ pub fn export(cluster: &ClusterArgs, a: ExportArgs) -> Result<()> {
         let vol = Client::new(feed.clone()).open(&a.spec)?;
         let vol = &vol;
         let mut objects = futures::stream::iter(0..vol.objects_in(size))
-            .map(|i| async move { read_object_data(vol, i).await })
+            .map(|i| vol.read_changes(i, DiffView::Nothing))
             .buffered(IN_FLIGHT);
-        while let Some(extents) = objects.next().await {
-            for (offset, data) in extents? {
+        while let Some(changes) = objects.next().await {
+            for (offset, data) in changes?.into_iter().flat_map(|c| c.data) {
                 writer.write_at(offset, &data)?;
             }
             bar.inc(vol.object_size());
@@ -100,12 +83,10 @@ pub fn export(cluster: &ClusterArgs, a: ExportArgs) -> Result<()> {
     writer.finish(size)?;
     bar.finish_and_clear();
     feed.shutdown();
-    let msg = format!("exported {} ({}) to {}", a.spec, format_size(size), a.file);
-    if to_stdout {
-        eprintln!("{msg}");
-    } else {
-        println!("{msg}");
-    }
+    report(
+        to_stdout,
+        &format!("exported {} ({}) to {}", a.spec, format_size(size), a.file),
+    );
     Ok(())
 }
 
@@ -174,12 +155,7 @@ fn copy_in(
     created: u64,
 ) -> Result<u64> {
     let name = a.volume.as_str();
-    let volume_ready = |size: u64| {
-        wait_for_map(feed, &format!("volume {name} of {size} bytes"), |m| {
-            m.volume_by_name(name).is_some_and(|v| v.size_bytes >= size)
-        })
-    };
-    volume_ready(created)?;
+    wait_for_size(feed, name, created)?;
     let bar = progress(&format!("importing {}", a.file), file_size);
     let mut size = created;
     let end = data_runtime()?.block_on(async {
@@ -207,7 +183,7 @@ fn copy_in(
                 }
                 size = (size * 2).max(offset + len);
                 rt.block_on(store.resize_volume(name, size, false))?;
-                volume_ready(size)?;
+                wait_for_size(feed, name, size)?;
             }
             bar.inc(n as u64);
             let vol = vol.clone();

@@ -23,7 +23,7 @@ use pontoon_cluster::parse_snap_spec;
 use pontoon_types::format_size;
 
 use crate::cluster_args::ClusterArgs;
-use crate::volume_io::{IN_FLIGHT, data_runtime, find, progress, wait_for_map};
+use crate::volume_io::{IN_FLIGHT, data_runtime, find, progress, wait_for_size};
 
 /// `pontoon snap rollback`.
 #[derive(Args, Debug)]
@@ -60,14 +60,7 @@ pub fn run(cluster: &ClusterArgs, a: &RollbackArgs) -> Result<()> {
         rt.block_on(store.resize_volume(volume, snap_size, false))?;
     }
     let (feed, _) = cluster.feed(pontoon_cluster::auth::ADMIN_ENTITY)?;
-    wait_for_map(
-        &feed,
-        &format!("volume {volume} of {snap_size} bytes"),
-        |m| {
-            m.volume_by_name(volume)
-                .is_some_and(|v| v.size_bytes >= snap_size)
-        },
-    )?;
+    wait_for_size(&feed, volume, snap_size)?;
     let span = head_size.max(snap_size);
     let bar = progress(&format!("rolling {volume} back to {snap}"), Some(span));
     let changed = data_runtime()?.block_on(async {

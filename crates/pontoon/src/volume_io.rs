@@ -11,7 +11,6 @@ use std::fs::File;
 use std::io::{IsTerminal, Read, Write};
 use std::os::unix::fs::FileExt;
 use std::path::Path;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, anyhow, bail};
@@ -22,7 +21,7 @@ use pontoon_cluster::{ClusterMap, SnapshotRecord, VolumeRecord, is_valid_name, p
 /// Objects worked on at once.
 pub const IN_FLIGHT: usize = 8;
 /// Most bytes one request reads or writes (the default object size).
-pub const CHUNK: u64 = 4 << 20;
+pub const CHUNK: u64 = pontoon_client::READ_CHUNK;
 /// How long a command waits for its client's map to show a change it made.
 const MAP_WAIT: Duration = Duration::from_secs(15);
 
@@ -66,21 +65,22 @@ pub fn find<'a>(
     Ok((v, s))
 }
 
-/// Waits (at most [`MAP_WAIT`]) until `feed`'s map satisfies `ready`.
-pub fn wait_for_map(
-    feed: &MapFeed,
-    what: &str,
-    ready: impl Fn(&ClusterMap) -> bool,
-) -> Result<Arc<ClusterMap>> {
+/// Waits (at most [`MAP_WAIT`]) until `feed`'s map has volume `name` of
+/// at least `size` bytes: a change the command just made reaches its
+/// client's map through the feed's watch a moment later.
+pub fn wait_for_size(feed: &MapFeed, name: &str, size: u64) -> Result<()> {
     let deadline = Instant::now() + MAP_WAIT;
     loop {
         let map = feed.current();
-        if ready(&map) {
-            return Ok(map);
+        if map
+            .volume_by_name(name)
+            .is_some_and(|v| v.size_bytes >= size)
+        {
+            return Ok(());
         }
         let left = deadline.saturating_duration_since(Instant::now());
         if left.is_zero() {
-            bail!("the cluster map did not show {what} within {MAP_WAIT:?}");
+            bail!("the cluster map did not show volume {name} of {size} bytes within {MAP_WAIT:?}");
         }
         feed.wait_newer(map.epoch.0, left.min(Duration::from_millis(500)));
     }
@@ -89,6 +89,16 @@ pub fn wait_for_map(
 /// The data path's runtime (io_uring) for a command.
 pub fn data_runtime() -> Result<compio::runtime::Runtime> {
     compio::runtime::Runtime::new().context("starting io_uring (is io_uring enabled?)")
+}
+
+/// Prints a command's closing line: on standard error when its data went
+/// to standard output, else on standard output.
+pub fn report(data_on_stdout: bool, msg: &str) {
+    if data_on_stdout {
+        eprintln!("{msg}");
+    } else {
+        println!("{msg}");
+    }
 }
 
 /// Where an export goes: a file (written sparsely, at offsets) or standard
