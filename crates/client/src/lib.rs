@@ -24,6 +24,8 @@
 //! ```
 
 mod catalog;
+mod diff;
+pub mod diff_stream;
 pub mod locate;
 pub mod map_feed;
 pub mod object_io;
@@ -34,8 +36,10 @@ use std::rc::Rc;
 use std::sync::Arc;
 
 pub use catalog::ClusterCatalog;
+pub use diff::{Change, READ_CHUNK};
 pub use map_feed::{ClientIdentity, LocalMap, MapFeed};
 pub use object_io::{CustomWire, Transport, Wire};
+pub use pontoon_proto::{ChangedExtent, DiffView};
 pub use volume::Volume;
 
 use pontoon_proto::{Reply, Status};

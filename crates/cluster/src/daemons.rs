@@ -6,7 +6,9 @@
 //!
 //! The value ([`DaemonRecord`]) is rewritten at every keep-alive with the
 //! daemon's wall clock in `unix_ms`, so a reader can compare daemons'
-//! clocks (clock-skew checks). The registry is not part of the map: its
+//! clocks (clock-skew checks). A gateway also lists the volumes it has
+//! open, rewritten within [`OPEN_POLL`] of a change, so a tool about to
+//! change a volume behind its hosts' backs (`snap rollback`) can refuse. The registry is not part of the map: its
 //! writes never bump the epoch nor wake the map's watchers.
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -26,6 +28,13 @@ pub const DAEMONS: &str = "daemons/";
 pub const DAEMON_TTL_SECS: i64 = 10;
 /// How often a registration is renewed (and `unix_ms` refreshed).
 pub const DAEMON_REFRESH: Duration = Duration::from_secs(3);
+/// How often a gateway's registration looks for a change in the volumes
+/// it has open (a change is written at once; no change costs no write).
+pub const OPEN_POLL: Duration = Duration::from_millis(200);
+
+/// What a gateway's registration asks for the volumes it has open now
+/// (sorted).
+pub type OpenVolumesFn = std::sync::Arc<dyn Fn() -> Vec<String> + Send + Sync>;
 
 /// The kinds of daemon (the `kind` field and the key's first part).
 pub mod kind {
@@ -65,6 +74,10 @@ pub struct DaemonRecord {
     pub started_unix: u64,
     /// Its wall clock at the last refresh, Unix milliseconds.
     pub unix_ms: u64,
+    /// Volumes a gateway has open now (served to a host by a connection,
+    /// namespace or queue), sorted; `VOLUME@SNAPSHOT` for a snapshot.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub open_volumes: Vec<String>,
 }
 
 impl DaemonRecord {
@@ -81,6 +94,7 @@ impl DaemonRecord {
             version: env!("CARGO_PKG_VERSION").to_string(),
             started_unix: unix_ms() / 1000,
             unix_ms: unix_ms(),
+            open_volumes: Vec::new(),
         }
     }
 
@@ -160,13 +174,33 @@ impl MapStore {
         &self,
         record: DaemonRecord,
     ) -> Result<DaemonRegistration, ClusterError> {
+        self.register_daemon_publishing(record, None).await
+    }
+
+    /// [`MapStore::register_daemon`] for a gateway: `open` says which
+    /// volumes it has open, and a change is written within [`OPEN_POLL`].
+    pub async fn register_daemon_publishing(
+        &self,
+        mut record: DaemonRecord,
+        open: Option<OpenVolumesFn>,
+    ) -> Result<DaemonRegistration, ClusterError> {
+        if let Some(f) = &open {
+            record.open_volumes = f();
+        }
         check_part("kind", &record.kind)?;
         check_part("name", &record.name)?;
         let id = record.id();
         let key = self.key(&format!("{DAEMONS}{id}"));
         let lease = self.put_daemon(&key, &record, None).await?;
         let (stop_tx, stop_rx) = oneshot::channel();
-        let task = tokio::spawn(keep_registered(self.clone(), key, record, lease, stop_rx));
+        let task = tokio::spawn(keep_registered(
+            self.clone(),
+            key,
+            record,
+            lease,
+            open,
+            stop_rx,
+        ));
         Ok(DaemonRegistration {
             id,
             stop: Some(stop_tx),
@@ -268,21 +302,40 @@ pub fn summary_line(daemons: &[DaemonRecord], active_mgr: Option<&str>) -> Strin
 }
 
 /// Renews the registration's lease and rewrites its record every
-/// [`DAEMON_REFRESH`]; on stop, revokes the lease.
+/// [`DAEMON_REFRESH`], and at once when the open volumes change; on stop,
+/// revokes the lease.
 async fn keep_registered(
     store: MapStore,
     key: String,
     mut record: DaemonRecord,
     lease: i64,
+    open: Option<OpenVolumesFn>,
     mut stop: oneshot::Receiver<()>,
 ) {
     let mut lease = Some(lease);
+    let tick = if open.is_some() {
+        OPEN_POLL
+    } else {
+        DAEMON_REFRESH
+    };
+    let mut published = record.open_volumes.clone();
+    let mut refreshed = tokio::time::Instant::now();
     loop {
         tokio::select! {
             _ = &mut stop => break,
-            _ = sleep(DAEMON_REFRESH) => {}
+            _ = sleep(tick) => {}
         }
-        if let Some(id) = lease {
+        if let Some(f) = &open {
+            record.open_volumes = f();
+        }
+        let due = refreshed.elapsed() >= DAEMON_REFRESH;
+        if !due && record.open_volumes == published {
+            continue;
+        }
+        if due {
+            refreshed = tokio::time::Instant::now();
+        }
+        if due && let Some(id) = lease {
             let renewed = store
                 .run("renew a daemon lease", |mut c| async move {
                     let (mut keeper, mut stream) = c.lease_keep_alive(id).await?;
@@ -304,7 +357,10 @@ async fn keep_registered(
         }
         record.unix_ms = unix_ms();
         match store.put_daemon(&key, &record, lease).await {
-            Ok(id) => lease = Some(id),
+            Ok(id) => {
+                lease = Some(id);
+                published = record.open_volumes.clone();
+            }
             Err(e) => tracing::debug!(key, "refreshing the daemon record: {e}"),
         }
     }

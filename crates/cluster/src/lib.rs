@@ -92,7 +92,7 @@ pub use model::{
 };
 pub use model::{NvmeWear, OsdIo};
 pub use pgmap::{PgChanges, PgMapError, recompute, trim_clean_pgs, trim_past_intervals};
-pub use snapshots::{MAX_SNAPSHOTS_PER_VOLUME, SnapshotRecord, parse_snap_spec};
+pub use snapshots::{MAX_SNAPSHOTS_PER_VOLUME, SnapshotRecord, check_snap_name, parse_snap_spec};
 
 /// Why a cluster-map operation failed. Variants are meant to be shown to an
 /// operator as they are.

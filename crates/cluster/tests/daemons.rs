@@ -74,3 +74,43 @@ async fn daemons_register_refresh_and_leave() {
         "{bad:?}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gateway_publishes_the_volumes_it_has_open() {
+    use std::sync::{Arc, Mutex};
+    let etcd = EtcdServer::start().expect("start etcd");
+    let s = MapStore::connect(&etcd.endpoints(), "open")
+        .await
+        .expect("connect");
+    let open = Arc::new(Mutex::new(Vec::<String>::new()));
+    let source = open.clone();
+    let _reg = s
+        .register_daemon_publishing(
+            DaemonRecord::new(kind::NBD, "h-1", "h", None),
+            Some(Arc::new(move || source.lock().unwrap().clone())),
+        )
+        .await
+        .unwrap();
+    assert!(s.daemons().await.unwrap()[0].open_volumes.is_empty());
+    let published = |want: Vec<String>| {
+        let s = s.clone();
+        async move {
+            let deadline = Instant::now() + Duration::from_secs(5);
+            loop {
+                let now = s.daemons().await.unwrap();
+                if now[0].open_volumes == want {
+                    return;
+                }
+                assert!(
+                    Instant::now() < deadline,
+                    "never published {want:?}: {now:?}"
+                );
+                sleep(Duration::from_millis(50)).await;
+            }
+        }
+    };
+    *open.lock().unwrap() = vec!["vm1".into(), "vm2@s1".into()];
+    published(vec!["vm1".into(), "vm2@s1".into()]).await;
+    open.lock().unwrap().clear();
+    published(Vec::new()).await;
+}

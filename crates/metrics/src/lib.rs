@@ -35,7 +35,7 @@ use prometheus_client::registry::Registry;
 
 pub use hist::{HistogramSnapshot, LatencyHistogram, Op, OpStats};
 pub use server::{MetricsServer, Render, parse_metrics_addr, render_fn, serve};
-pub use volume::{GatewayMetrics, MeteredCatalog, MeteredVolume};
+pub use volume::{GatewayMetrics, MeteredCatalog, MeteredVolume, OpenVolume};
 
 /// The `Content-Type` of [`Exposition::render`]'s output.
 pub const CONTENT_TYPE: &str = prometheus_client::encoding::prometheus_text::CONTENT_TYPE;

@@ -7,6 +7,11 @@
 //! Each worker thread's catalog keeps its own [`OpStats`] per volume
 //! (registered once, at the first open of that volume on that thread), so
 //! no two threads write the same counters; a scrape sums them.
+//!
+//! The gateway also counts which volumes are open now (each open volume
+//! holds an [`OpenVolume`] until it is dropped): a gauge, and the list the
+//! gateway publishes in its daemon record so that `pontoon snap rollback`
+//! can refuse to change a volume under a host's feet.
 
 use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap};
@@ -26,6 +31,28 @@ pub struct GatewayMetrics {
     kind: &'static str,
     volumes: Mutex<Vec<(String, Arc<OpStats>)>>,
     opens: AtomicU64,
+    /// Volumes open now, with how many opens each.
+    open: Mutex<BTreeMap<String, u64>>,
+}
+
+/// One open of a volume, counted in [`GatewayMetrics::open_volumes`] until
+/// dropped.
+#[derive(Debug)]
+pub struct OpenVolume {
+    metrics: Arc<GatewayMetrics>,
+    name: String,
+}
+
+impl Drop for OpenVolume {
+    fn drop(&mut self) {
+        let mut open = self.metrics.open.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(n) = open.get_mut(&self.name) {
+            *n -= 1;
+            if *n == 0 {
+                open.remove(&self.name);
+            }
+        }
+    }
 }
 
 impl GatewayMetrics {
@@ -36,7 +63,30 @@ impl GatewayMetrics {
             kind,
             volumes: Mutex::new(Vec::new()),
             opens: AtomicU64::new(0),
+            open: Mutex::new(BTreeMap::new()),
         })
+    }
+
+    /// Counts an open of `volume` (and in the opens total) until the
+    /// returned guard is dropped.
+    pub fn opened(self: &Arc<Self>, volume: &str) -> OpenVolume {
+        self.opens.fetch_add(1, Relaxed);
+        *self
+            .open
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .entry(volume.to_string())
+            .or_default() += 1;
+        OpenVolume {
+            metrics: self.clone(),
+            name: volume.to_string(),
+        }
+    }
+
+    /// The volumes open now, sorted.
+    pub fn open_volumes(&self) -> Vec<String> {
+        let open = self.open.lock().unwrap_or_else(|p| p.into_inner());
+        open.keys().cloned().collect()
     }
 
     /// A new set of counters for `volume`, to be written by one thread.
@@ -72,6 +122,18 @@ impl GatewayMetrics {
             labels(&[("gateway", kind)]),
             self.opens.load(Relaxed),
         );
+        let open: Vec<(String, u64)> = {
+            let open = self.open.lock().unwrap_or_else(|p| p.into_inner());
+            open.iter().map(|(k, v)| (k.clone(), *v)).collect()
+        };
+        for (volume, n) in open {
+            e.gauge_u64(
+                "pontoon_gateway_volume_open",
+                "Opens of the volume the gateway holds now (connections, namespaces, queues).",
+                labels(&[("gateway", kind), ("volume", &volume)]),
+                n,
+            );
+        }
         for ((volume, i), s) in sums {
             let op = Op::ALL[i].as_str();
             let l = || labels(&[("gateway", kind), ("volume", &volume), ("op", op)]);
@@ -142,8 +204,8 @@ impl<C: VolumeCatalog> VolumeCatalog for MeteredCatalog<C> {
         let Some(v) = self.inner.open(name).await? else {
             return Ok(None);
         };
-        self.metrics.opens.fetch_add(1, Relaxed);
-        Ok(Some(MeteredVolume::new(v, self.stats(name))))
+        let open = self.metrics.opened(name);
+        Ok(Some(MeteredVolume::new(v, self.stats(name)).holding(open)))
     }
 }
 
@@ -151,13 +213,25 @@ impl<C: VolumeCatalog> VolumeCatalog for MeteredCatalog<C> {
 pub struct MeteredVolume<V> {
     inner: V,
     stats: Arc<OpStats>,
+    /// Keeps the volume counted as open while this lives.
+    open: Option<OpenVolume>,
 }
 
 impl<V> MeteredVolume<V> {
     /// Wraps `inner`, counting into `stats` (written from this thread only
     /// as far as the caller is concerned; atomics make sharing safe).
     pub fn new(inner: V, stats: Arc<OpStats>) -> Self {
-        Self { inner, stats }
+        Self {
+            inner,
+            stats,
+            open: None,
+        }
+    }
+
+    /// The same volume, counted as open (by `open`) while it lives.
+    pub fn holding(mut self, open: OpenVolume) -> Self {
+        self.open = Some(open);
+        self
     }
 
     /// The wrapped volume.
@@ -248,7 +322,17 @@ mod tests {
             // A second open on the same thread shares the counters.
             let v2 = cat.open("v1").await.unwrap().unwrap();
             v2.discard(0, 4096).await.unwrap();
+            let mut e = Exposition::new();
+            m.add_to(&mut e);
+            let text = e.render();
+            let want = "pontoon_gateway_volume_open{gateway=\"nbd\",volume=\"v1\"} 2\n";
+            assert!(text.contains(want), "{want} missing: {text}");
+            assert_eq!(m.open_volumes(), vec!["v1".to_string()]);
+            drop(v);
+            assert_eq!(m.open_volumes(), vec!["v1".to_string()]);
+            drop(v2);
         });
+        assert!(m.open_volumes().is_empty());
         let mut e = Exposition::new();
         m.add_to(&mut e);
         let text = e.render();

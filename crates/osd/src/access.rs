@@ -201,6 +201,7 @@ impl AccessTable {
             Message::Ping => Ok(()),
             Message::Read(r) => object(r.target.oid, Op::Read),
             Message::Allocation(t) => object(t.oid, Op::Read),
+            Message::Diff(d) => object(d.target.oid, Op::Read),
             Message::Write(w) => object(w.target.oid, Op::Write),
             Message::Discard(d) => object(d.target.oid, Op::Write),
             Message::SubOp(_) | Message::PeerQuery(_) | Message::Pull(_) | Message::Digest(_) => {
@@ -324,6 +325,16 @@ mod tests {
             .authorize(&peer("client.rw"), &discard(2), all)
             .unwrap_err();
         assert!(no.why.contains("b/v2"), "{no:?}");
+        let diff = |vol| {
+            Message::Diff(pontoon_proto::DiffReq {
+                target: target(vol),
+                from: pontoon_proto::DiffView::Nothing,
+                to: pontoon_proto::DiffView::Head,
+            })
+        };
+        assert!(t.authorize(&peer("client.ro"), &diff(1), all).is_ok());
+        let no = t.authorize(&peer("client.rw"), &diff(2), all).unwrap_err();
+        assert!(no.why.contains("may not read volume b/v2"), "{no:?}");
         let no = t
             .authorize(&peer("client.rw"), &Message::Pull(target(1)), all)
             .unwrap_err();

@@ -20,8 +20,8 @@ use crate::shard::{Shard, error, status_of};
 type Answer = (Message, Option<AlignedBuf>);
 
 /// What a client operation needs of its PG, checked.
-struct Checked {
-    interval: Epoch,
+pub(crate) struct Checked {
+    pub(crate) interval: Epoch,
     acting: Vec<OsdId>,
     generation: u64,
     /// Fires when the interval ends on this shard.
@@ -193,18 +193,19 @@ impl<D: BlockDevice + 'static, P: Peers> Shard<D, P> {
             })
     }
 
-    /// Serves a client read from the primary's copy.
-    pub(crate) async fn client_read(self: &Rc<Self>, r: ReadReq) -> Answer {
-        let t = r.target;
-        let c = match self.check_target(&t, r.offset, r.len as u64) {
-            Ok(c) => c,
-            Err(a) => return a,
-        };
+    /// What every request that reads an object (its data or its
+    /// metadata) does first: check the PG, wait out writes in flight, and
+    /// bring every member level if some lacks the object's newest version.
+    pub(crate) async fn ready_to_read(
+        self: &Rc<Self>,
+        t: &Target,
+        offset: u64,
+        len: u64,
+    ) -> Result<Checked, Answer> {
+        let c = self.check_target(t, offset, len)?;
         // Never return a write that is not yet on every member.
         self.locks.wait_unlocked(t.oid).await;
-        if let Err(a) = self.still_serving(&t, &c) {
-            return a;
-        }
+        self.still_serving(t, &c)?;
         // Some member lacks the object's newest version (a write that
         // failed half way, or one this interval inherited): serving it now
         // could return a value a later primary never sees, or an old one.
@@ -216,13 +217,20 @@ impl<D: BlockDevice + 'static, P: Peers> Shard<D, P> {
             .is_some_and(|p| p.missing.contains_key(&t.oid));
         if missing {
             let _g = self.locks.lock(t.oid).await;
-            if let Err(a) = self.ensure_recovered(&t, &c).await {
-                return a;
-            }
-            if let Err(a) = self.still_serving(&t, &c) {
-                return a;
-            }
+            self.ensure_recovered(t, &c).await?;
+            self.still_serving(t, &c)?;
         }
+        Ok(c)
+    }
+
+    /// Serves a client read from the primary's copy (its head, or a
+    /// snapshot's view).
+    pub(crate) async fn client_read(self: &Rc<Self>, r: ReadReq) -> Answer {
+        let t = r.target;
+        let c = match self.ready_to_read(&t, r.offset, r.len as u64).await {
+            Ok(c) => c,
+            Err(a) => return a,
+        };
         match self.read_local(&r).await {
             Ok(answer) => answer,
             Err(StoreError::Checksum { .. }) => self.read_after_repair(&t, &c, &r).await,

@@ -22,6 +22,7 @@ mod copies;
 pub mod daemon;
 pub mod deadline;
 pub mod device_lock;
+mod diff;
 mod full;
 pub mod heartbeat;
 pub mod identity;

@@ -361,6 +361,7 @@ impl<D: BlockDevice + 'static, P: Peers> Handler for Shard<D, P> {
                 answer
             }
             (Message::Allocation(t), _) => self.client_allocation(t).await,
+            (Message::Diff(d), _) => self.client_diff(d).await,
             (Message::SubOp(op), Role::Osd(from)) => {
                 self.metrics
                     .subop(frame.data.as_ref().map_or(0, |d| d.len() as u64));

@@ -1,5 +1,5 @@
-//! `pontoon snap create|ls|rm|protect|unprotect`: a volume's snapshots,
-//! addressed as `VOLUME@SNAPSHOT`.
+//! `pontoon snap create|ls|rm|protect|unprotect|rollback`: a volume's
+//! snapshots, addressed as `VOLUME@SNAPSHOT` (rollback: `cmd_rollback`).
 //!
 //! Every change is one map transaction on the volume's record (see
 //! `pontoon_cluster::snapshots`); bad input is refused before anything
@@ -10,7 +10,7 @@ use std::time::Duration;
 use anyhow::{Result, bail};
 use clap::{Args, Subcommand};
 use pontoon_cluster::auth::format_unix;
-use pontoon_cluster::{is_valid_name, parse_snap_spec};
+use pontoon_cluster::{MapStore, SnapshotRecord, is_valid_name, parse_snap_spec};
 use pontoon_types::format_size;
 
 use crate::cluster_args::ClusterArgs;
@@ -58,6 +58,29 @@ enum SnapCmd {
         /// VOLUME@SNAPSHOT.
         spec: String,
     },
+    /// Return a volume's data (and size) to a snapshot. Refused while a
+    /// gateway has the volume open, unless --force.
+    Rollback(crate::cmd_rollback::RollbackArgs),
+}
+
+/// Creates snapshot `snap` of `volume` and waits (bounded) until every
+/// live OSD has the map that holds it, warning about those that did not.
+pub async fn create_confirmed(
+    store: &MapStore,
+    volume: &str,
+    snap: &str,
+) -> Result<SnapshotRecord> {
+    let (rec, epoch) = store.create_snapshot(volume, snap).await?;
+    let behind = store.osds_behind(epoch, CONFIRM_TIMEOUT).await?;
+    if !behind.is_empty() {
+        let names: Vec<String> = behind.iter().map(|o| o.to_string()).collect();
+        eprintln!(
+            "warning: {} did not confirm map {epoch} within {}s; writes they accept under the old sequence may still land in the snapshot",
+            names.join(", "),
+            CONFIRM_TIMEOUT.as_secs()
+        );
+    }
+    Ok(rec)
 }
 
 /// Runs `pontoon snap ...`.
@@ -70,6 +93,7 @@ pub fn run(args: SnapArgs) -> Result<()> {
         | SnapCmd::Unprotect { spec } => {
             parse_snap_spec(spec)?;
         }
+        SnapCmd::Rollback(a) => return crate::cmd_rollback::run(&args.cluster, a),
         SnapCmd::Ls { volume, .. } => {
             if !is_valid_name(volume) {
                 bail!(
@@ -84,16 +108,7 @@ pub fn run(args: SnapArgs) -> Result<()> {
         match args.cmd {
             SnapCmd::Create { spec } => {
                 let (volume, snap) = parse_snap_spec(&spec)?;
-                let (rec, epoch) = store.create_snapshot(volume, snap).await?;
-                let behind = store.osds_behind(epoch, CONFIRM_TIMEOUT).await?;
-                if !behind.is_empty() {
-                    let names: Vec<String> = behind.iter().map(|o| o.to_string()).collect();
-                    eprintln!(
-                        "warning: {} did not confirm map {epoch} within {}s; writes they accept under the old sequence may still land in the snapshot",
-                        names.join(", "),
-                        CONFIRM_TIMEOUT.as_secs()
-                    );
-                }
+                let rec = create_confirmed(&store, volume, snap).await?;
                 println!(
                     "snapshot {volume}@{} created (id {}, {})",
                     rec.name,
@@ -144,6 +159,7 @@ pub fn run(args: SnapArgs) -> Result<()> {
                 let already = if changed { "" } else { "already " };
                 println!("snapshot {volume}@{snap} is {already}unprotected");
             }
+            SnapCmd::Rollback(_) => unreachable!("handled before connecting"),
         }
         Ok(())
     })

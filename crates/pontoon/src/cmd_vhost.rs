@@ -66,10 +66,10 @@ pub fn run(args: VhostArgs) -> Result<()> {
             let v = Client::new(f.clone())
                 .open(&name)
                 .map_err(VolumeError::from)?;
-            Ok(pontoon_metrics::MeteredVolume::new(
-                v,
-                volume_counters.register(&name),
-            ))
+            Ok(
+                pontoon_metrics::MeteredVolume::new(v, volume_counters.register(&name))
+                    .holding(volume_counters.opened(&name)),
+            )
         });
         let config = ExportConfig {
             socket: socket.clone(),

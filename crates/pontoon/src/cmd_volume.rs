@@ -1,4 +1,6 @@
-//! `pontoon volume create|ls|info|resize|rm`.
+//! `pontoon volume create|ls|info|resize|rm`, and moving a volume's data
+//! in and out: `export|import` (`cmd_export`), `export-diff|import-diff`
+//! (`cmd_diff`).
 
 use anyhow::{Result, bail};
 use clap::{Args, Subcommand};
@@ -58,10 +60,26 @@ enum VolumeCmd {
         /// Volume name.
         name: String,
     },
+    /// Write a volume or snapshot (VOL@SNAP) to a raw image file.
+    Export(crate::cmd_export::ExportArgs),
+    /// Create a volume from a raw image file (all-zero blocks are skipped).
+    Import(crate::cmd_export::ImportArgs),
+    /// Write what changed between two snapshots as a diff stream.
+    ExportDiff(crate::cmd_diff::ExportDiffArgs),
+    /// Apply a diff stream to a volume and take its to-snapshot.
+    ImportDiff(crate::cmd_diff::ImportDiffArgs),
 }
 
 /// Runs `pontoon volume ...`.
 pub fn run(args: VolumeArgs) -> Result<()> {
+    let cluster = &args.cluster;
+    match args.cmd {
+        VolumeCmd::Export(a) => return crate::cmd_export::export(cluster, a),
+        VolumeCmd::Import(a) => return crate::cmd_export::import(cluster, a),
+        VolumeCmd::ExportDiff(a) => return crate::cmd_diff::export_diff(cluster, a),
+        VolumeCmd::ImportDiff(a) => return crate::cmd_diff::import_diff(cluster, a),
+        _ => {}
+    }
     // Sizes are checked before connecting: a typo fails fast.
     let size = match &args.cmd {
         VolumeCmd::Create { size, .. } => Some(parse_size_arg("volume size", size)?),
@@ -132,6 +150,10 @@ pub fn run(args: VolumeArgs) -> Result<()> {
                 let v = store.remove_volume(&name).await?;
                 println!("volume {} removed", v.name);
             }
+            VolumeCmd::Export(_)
+            | VolumeCmd::Import(_)
+            | VolumeCmd::ExportDiff(_)
+            | VolumeCmd::ImportDiff(_) => unreachable!("handled before connecting"),
         }
         Ok(())
     })

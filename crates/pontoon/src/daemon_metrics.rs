@@ -2,14 +2,16 @@
 //! the gateways `pontoon nbd`, `pontoon nvmf`, `pontoon vhost`): a small
 //! thread with a one-thread tokio runtime of its own, off the daemon's
 //! data path (compio), that serves `GET /metrics` on `--metrics ADDR` and
-//! keeps the daemon's entry in `daemons/<kind>.<name>` alive.
+//! keeps the daemon's entry in `daemons/<kind>.<name>` alive. A gateway
+//! registers even with `--metrics off`, and publishes the volumes it has
+//! open there.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, Result, anyhow};
-use pontoon_cluster::daemons::DaemonRecord;
+use pontoon_cluster::daemons::{DaemonRecord, OpenVolumesFn};
 use pontoon_cluster::{EtcdAuth, MapStore};
 use pontoon_metrics::{Exposition, GatewayMetrics, Render};
 use tokio::sync::oneshot;
@@ -17,10 +19,10 @@ use tokio::sync::oneshot;
 /// How long start-up (etcd, bind, registration) may take.
 const START: Duration = Duration::from_secs(20);
 
-/// A running `/metrics` listener and registry entry. Dropping it stops
-/// both (the registry entry is revoked).
+/// A running `/metrics` listener (if asked for) and registry entry.
+/// Dropping it stops both (the registry entry is revoked).
 pub struct DaemonMetrics {
-    addr: SocketAddr,
+    addr: Option<SocketAddr>,
     stop: Option<oneshot::Sender<()>>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
@@ -41,10 +43,35 @@ impl DaemonMetrics {
         addr: SocketAddr,
         render: impl FnOnce(MapStore) -> Render + Send + 'static,
     ) -> Result<Self> {
+        let who = Registrant {
+            kind,
+            name,
+            host,
+            open: None,
+        };
+        Self::start_with(endpoints, cluster, auth, who, Some(addr), render)
+    }
+
+    /// [`DaemonMetrics::start`] for a gateway: no listener when `addr` is
+    /// `None` (the registration alone), and `who.open` published.
+    fn start_with(
+        endpoints: &[String],
+        cluster: &str,
+        auth: &EtcdAuth,
+        who: Registrant<'_>,
+        addr: Option<SocketAddr>,
+        render: impl FnOnce(MapStore) -> Render + Send + 'static,
+    ) -> Result<Self> {
+        let Registrant {
+            kind,
+            name,
+            host,
+            open,
+        } = who;
         let (endpoints, cluster) = (endpoints.to_vec(), cluster.to_string());
         let auth = auth.clone();
         let (kind, name, host) = (kind.to_string(), name.to_string(), host.to_string());
-        let (ready_tx, ready_rx) = std::sync::mpsc::channel::<Result<SocketAddr, String>>();
+        let (ready_tx, ready_rx) = std::sync::mpsc::channel::<Result<Option<SocketAddr>, String>>();
         let (stop_tx, stop_rx) = oneshot::channel::<()>();
         let thread = std::thread::Builder::new()
             .name("metrics".into())
@@ -67,22 +94,26 @@ impl DaemonMetrics {
                             return;
                         }
                     };
-                    let listener = match pontoon_metrics::server::bind(addr).await {
-                        Ok(l) => l,
-                        Err(e) => {
-                            let _ = ready_tx.send(Err(format!("cannot listen on {addr}: {e}")));
-                            return;
-                        }
+                    let listener = match addr {
+                        Some(addr) => match pontoon_metrics::server::bind(addr).await {
+                            Ok(l) => Some(l),
+                            Err(e) => {
+                                let _ = ready_tx.send(Err(format!("cannot listen on {addr}: {e}")));
+                                return;
+                            }
+                        },
+                        None => None,
                     };
-                    let local = match listener.local_addr() {
+                    let local = match listener.as_ref().map(|l| l.local_addr()).transpose() {
                         Ok(a) => a,
                         Err(e) => {
                             let _ = ready_tx.send(Err(e.to_string()));
                             return;
                         }
                     };
-                    let record = DaemonRecord::new(&kind, &name, &host, Some(local.to_string()));
-                    let registration = match store.register_daemon(record).await {
+                    let record =
+                        DaemonRecord::new(&kind, &name, &host, local.map(|a| a.to_string()));
+                    let registration = match store.register_daemon_publishing(record, open).await {
                         Ok(r) => Some(r),
                         Err(e) => {
                             tracing::warn!(
@@ -91,15 +122,22 @@ impl DaemonMetrics {
                             None
                         }
                     };
-                    let router = pontoon_metrics::server::router(render(store));
                     let _ = ready_tx.send(Ok(local));
-                    let served = axum::serve(listener, router)
-                        .with_graceful_shutdown(async move {
+                    match listener {
+                        Some(listener) => {
+                            let router = pontoon_metrics::server::router(render(store));
+                            let served = axum::serve(listener, router)
+                                .with_graceful_shutdown(async move {
+                                    let _ = stop_rx.await;
+                                })
+                                .await;
+                            if let Err(e) = served {
+                                tracing::warn!("metrics listener: {e}");
+                            }
+                        }
+                        None => {
                             let _ = stop_rx.await;
-                        })
-                        .await;
-                    if let Err(e) = served {
-                        tracing::warn!("metrics listener: {e}");
+                        }
                     }
                     if let Some(r) = registration {
                         r.stop().await;
@@ -111,7 +149,9 @@ impl DaemonMetrics {
             .recv_timeout(START)
             .map_err(|_| anyhow!("the metrics listener did not start within {START:?}"))?
             .map_err(|e| anyhow!("metrics: {e}"))?;
-        tracing::info!("metrics on http://{addr}/metrics");
+        if let Some(addr) = addr {
+            tracing::info!("metrics on http://{addr}/metrics");
+        }
         Ok(Self {
             addr,
             stop: Some(stop_tx),
@@ -119,8 +159,8 @@ impl DaemonMetrics {
         })
     }
 
-    /// The address `/metrics` listens on.
-    pub fn addr(&self) -> SocketAddr {
+    /// The address `/metrics` listens on (`None`: no listener).
+    pub fn addr(&self) -> Option<SocketAddr> {
         self.addr
     }
 }
@@ -171,8 +211,17 @@ pub fn parse_flag(s: &str) -> Result<Option<SocketAddr>> {
     pontoon_metrics::parse_metrics_addr(s).map_err(|e| anyhow!("--metrics: {e}"))
 }
 
-/// Starts a gateway's `/metrics` listener and registry entry on `addr`
-/// (`None`: `--metrics off`), and prints where it listens.
+/// Who registers: kind, name, host, and (gateways) the volumes it has open.
+struct Registrant<'a> {
+    kind: &'a str,
+    name: &'a str,
+    host: &'a str,
+    open: Option<OpenVolumesFn>,
+}
+
+/// Starts a gateway's registry entry, which publishes the volumes it has
+/// open, and its `/metrics` listener on `addr` (`None`: `--metrics off`,
+/// the entry alone); prints where metrics are served.
 pub fn start_gateway(
     endpoints: &[String],
     cluster: &str,
@@ -180,23 +229,23 @@ pub fn start_gateway(
     kind: &'static str,
     addr: Option<SocketAddr>,
     counters: Arc<GatewayMetrics>,
-) -> Result<Option<DaemonMetrics>> {
-    let Some(addr) = addr else {
-        return Ok(None);
-    };
+) -> Result<DaemonMetrics> {
     let host = crate::cmd_osd::local_host_name();
-    let m = DaemonMetrics::start(
-        endpoints,
-        cluster,
-        auth,
+    let name = gateway_name(&host);
+    let open_counters = counters.clone();
+    let who = Registrant {
         kind,
-        &gateway_name(&host),
-        &host,
-        addr,
-        move |_| gateway_render(counters, kind),
-    )?;
-    println!("{kind}: metrics on http://{}/metrics", m.addr());
-    Ok(Some(m))
+        name: &name,
+        host: &host,
+        open: Some(Arc::new(move || open_counters.open_volumes())),
+    };
+    let m = DaemonMetrics::start_with(endpoints, cluster, auth, who, addr, move |_| {
+        gateway_render(counters, kind)
+    })?;
+    if let Some(addr) = m.addr() {
+        println!("{kind}: metrics on http://{addr}/metrics");
+    }
+    Ok(m)
 }
 
 /// A gateway's name in the registry: `<host>-<pid>`.

@@ -16,7 +16,9 @@ mod cmd_config_cluster;
 mod cmd_config_show;
 mod cmd_demo;
 mod cmd_df;
+mod cmd_diff;
 mod cmd_endurance;
+mod cmd_export;
 mod cmd_gen;
 mod cmd_health;
 mod cmd_history;
@@ -29,6 +31,7 @@ mod cmd_osd_admin;
 mod cmd_osd_create;
 mod cmd_pg;
 mod cmd_pool;
+mod cmd_rollback;
 mod cmd_smart;
 mod cmd_snap;
 mod cmd_status;
@@ -47,6 +50,7 @@ mod nvmf_bench;
 mod procs;
 mod store_bench;
 mod store_startup;
+mod volume_io;
 
 use clap::{Parser, Subcommand};
 

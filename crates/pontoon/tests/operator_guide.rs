@@ -416,6 +416,18 @@ fn the_operator_guide_works_as_written() {
         "`pontoon volume ls` does not list vm1:\n{ls}"
     );
 
+    let rolled = output_of("pontoon snap rollback");
+    assert!(
+        rolled.contains("volume vm2 rolled back to snapshot before"),
+        "`pontoon snap rollback`:\n{rolled}"
+    );
+    let before = output_of("qemu-io -f raw -r -c \"read -P 0x11");
+    assert!(
+        before.contains("read 8388608/8388608 bytes at offset 0")
+            && !before.contains("verification failed"),
+        "after the rollback vm2 does not read what it held before:\n{before}"
+    );
+
     let list = output_of("nbdinfo --list");
     assert!(
         list.contains("export=\"vm1\""),

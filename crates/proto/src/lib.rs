@@ -9,12 +9,14 @@
 //! This crate only encodes and decodes; it does no I/O and must never
 //! panic or allocate beyond the declared, bounded lengths on hostile input.
 
+pub mod diff;
 mod fields;
 mod frame;
 pub mod handshake;
 mod image;
 mod message;
 
+pub use diff::{ChangedExtent, DiffReq, DiffView};
 pub use frame::{FrameHeader, HEADER_LEN, MAGIC, MAX_DATA, MAX_META, ProtoError};
 pub use handshake::{AuthChallenge, AuthHello, AuthProof};
 pub use image::{CloneLayout, MAX_IMAGE_CLONES, SnapCopy, SnapLayout};

@@ -1,22 +1,25 @@
 //! Messages and the encoding of their fields.
 //!
 //! Client → primary: [`ReadReq`], [`WriteReq`], [`DiscardReq`], allocation
-//! queries; primary → replicas: [`SubOp`]; peering and recovery among OSDs:
-//! [`PeerQuery`]/[`PeerInfo`] and pulls (answered with a [`SnapCopy`] for
-//! objects with snapshot state); every other answer is a [`Reply`].
+//! and changed-extents ([`DiffReq`]) queries; primary → replicas:
+//! [`SubOp`]; peering and recovery among OSDs: [`PeerQuery`]/[`PeerInfo`]
+//! and pulls (answered with a [`SnapCopy`] for objects with snapshot
+//! state); every other answer is a [`Reply`].
 //! Every request names the PG and the interval epoch its sender believes
 //! current, so a receiver with a different view can refuse it.
 
 use pontoon_types::codec::Decoder;
 use pontoon_types::{Epoch, ObjectId, OsdId, PgId, Version};
 
+use crate::diff::{DiffReq, DiffView};
 use crate::fields::{R, W};
 use crate::frame::{MAX_META, ProtoError};
 use crate::image::{SnapCopy, SnapLayout};
 
 /// Protocol revision spoken; a peer with another one is refused at hello.
-/// 6: replace sub-ops carry an optional snapshot layout, and pulls of
-/// objects with snapshot state are answered with a [`SnapCopy`].
+/// 6: replace sub-ops carry an optional snapshot layout, pulls of objects
+/// with snapshot state are answered with a [`SnapCopy`], and the
+/// changed-extents query ([`DiffReq`]) exists.
 pub const PROTOCOL_VERSION: u32 = 6;
 /// Longest error text carried in a reply.
 const MAX_MESSAGE_TEXT: usize = 1024;
@@ -43,6 +46,8 @@ pub enum MsgType {
     Discard = 12,
     /// Allocation query: a [`Target`].
     Allocation = 13,
+    /// Changed-extents query: a [`DiffReq`].
+    Diff = 14,
     /// [`Reply`].
     Reply = 20,
     /// [`SubOp`].
@@ -75,6 +80,7 @@ impl MsgType {
             11 => Self::Write,
             12 => Self::Discard,
             13 => Self::Allocation,
+            14 => Self::Diff,
             20 => Self::Reply,
             30 => Self::SubOp,
             31 => Self::PeerQuery,
@@ -401,6 +407,8 @@ pub enum Message {
     Discard(DiscardReq),
     /// Which ranges of an object are allocated.
     Allocation(Target),
+    /// Which ranges of an object differ between two views.
+    Diff(DiffReq),
     /// Answer to anything.
     Reply(Reply),
     /// Primary to replica.
@@ -432,6 +440,7 @@ impl Message {
             Message::Write(_) => MsgType::Write,
             Message::Discard(_) => MsgType::Discard,
             Message::Allocation(_) => MsgType::Allocation,
+            Message::Diff(_) => MsgType::Diff,
             Message::Reply(_) => MsgType::Reply,
             Message::SubOp(_) => MsgType::SubOp,
             Message::PeerQuery(_) => MsgType::PeerQuery,
@@ -486,6 +495,11 @@ impl Message {
                 w.u64(r.snap_seq);
             }
             Message::Allocation(t) | Message::Pull(t) => w.target(t),
+            Message::Diff(d) => {
+                w.target(&d.target);
+                w.u64(d.from.to_wire());
+                w.u64(d.to.to_wire());
+            }
             Message::Ping => {}
             Message::Digest(d) => {
                 w.target(&d.target);
@@ -562,6 +576,7 @@ impl Message {
             MsgType::Write => "write",
             MsgType::Discard => "discard",
             MsgType::Allocation => "allocation",
+            MsgType::Diff => "diff",
             MsgType::Reply => "reply",
             MsgType::SubOp => "sub-op",
             MsgType::PeerQuery => "peer query",
@@ -623,6 +638,14 @@ impl Message {
                 snap_seq: r.snap_seq()?,
             }),
             MsgType::Allocation => Message::Allocation(r.target()?),
+            MsgType::Diff => Message::Diff(DiffReq {
+                target: r.target()?,
+                from: DiffView::from_wire(r.u64()?),
+                to: match DiffView::from_wire(r.u64()?) {
+                    DiffView::Nothing => return Err(r.err("a diff to nothing")),
+                    v => v,
+                },
+            }),
             MsgType::Pull => Message::Pull(r.target()?),
             MsgType::AuthHello | MsgType::AuthChallenge | MsgType::AuthProof => {
                 return Err(r.err("an authentication message outside the handshake"));
@@ -807,6 +830,16 @@ mod tests {
                 snap_seq: 0,
             }),
             Message::Allocation(target()),
+            Message::Diff(DiffReq {
+                target: target(),
+                from: DiffView::Snap(3),
+                to: DiffView::Head,
+            }),
+            Message::Diff(DiffReq {
+                target: target(),
+                from: DiffView::Nothing,
+                to: DiffView::Snap(9),
+            }),
             Message::Pull(target()),
             Message::Ping,
             Message::Digest(DigestReq {

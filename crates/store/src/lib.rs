@@ -45,6 +45,8 @@ pub use error::{Result, StoreError};
 pub use layout::{DeviceHeader, FormatOptions, OsdIdentity, SliceLayout};
 pub use mem_device::MemDevice;
 pub use open::read_header;
-pub use snap_ops::{CloneImage, CloneInfo, HEAD, SnapImage, SnapInfo, SnapUsage, TrimProgress};
+pub use snap_ops::{
+    CloneImage, CloneInfo, DiffExtent, HEAD, SnapImage, SnapInfo, SnapUsage, TrimProgress,
+};
 pub use stats::{LatencySummary, StoreStats, VolumeUsage, latency_histogram};
 pub use store::{BackgroundTask, ObjectImage, ReadOutput, Store};

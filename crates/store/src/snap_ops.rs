@@ -9,7 +9,6 @@ use pontoon_types::{BLOCK_SIZE_U64, ObjectId, Version, VolumeId};
 
 use crate::device::BlockDevice;
 use crate::error::{Result, StoreError};
-use crate::objects::BlockEntry;
 use crate::record::{Entry, EntryKind, MAX_ENTRIES};
 use crate::signal::yield_now;
 use crate::snaps::{CLONE_HEADER_BYTES, HOLE_BYTES, SNAP_SECTION_BYTES};
@@ -78,6 +77,16 @@ pub struct TrimProgress {
     /// Objects with trimmable clones were left for another call (the
     /// budget ran out).
     pub more: bool,
+}
+
+/// A run of blocks that differ between two views of an object, as
+/// [`Store::diff_extents`] lists it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DiffExtent {
+    /// Byte range within the object (block aligned).
+    pub range: Range<u64>,
+    /// The newer view reads data here (false: zeros).
+    pub data: bool,
 }
 
 /// One clone's full contents, as recovery copies it between replicas.
@@ -365,6 +374,21 @@ impl<D: BlockDevice> Store<D> {
     /// differs when the two views resolve to different entries, or one to
     /// a block and the other to a hole or nothing.
     pub fn diff(&self, oid: ObjectId, from: Option<u64>, to: u64) -> Vec<Range<u64>> {
+        let mut out: Vec<Range<u64>> = Vec::new();
+        for e in self.diff_extents(oid, from, to) {
+            match out.last_mut() {
+                Some(r) if r.end == e.range.start => r.end = e.range.end,
+                _ => out.push(e.range),
+            }
+        }
+        out
+    }
+
+    /// [`Store::diff`] with what `to` reads in each changed range: runs of
+    /// blocks (ascending, disjoint, adjacent runs differ in `data`) where
+    /// `to` reads a data block, or zeros (a hole or nothing). `from` may
+    /// also be [`HEAD`] (what rolling the head back to `to` must change).
+    pub fn diff_extents(&self, oid: ObjectId, from: Option<u64>, to: u64) -> Vec<DiffExtent> {
         let st = self.inner.st.borrow();
         let Some(obj) = st.objects.get(&oid) else {
             return Vec::new();
@@ -383,35 +407,39 @@ impl<D: BlockDevice> Store<D> {
         };
         let b = view(to);
         let a = from.map(view).unwrap_or_default();
-        let mut out: Vec<Range<u64>> = Vec::new();
-        let mut push = |blk: u32| {
+        let mut out: Vec<DiffExtent> = Vec::new();
+        let mut push = |blk: u32, data: bool| {
             let s = u64::from(blk) * BLOCK_SIZE_U64;
             match out.last_mut() {
-                Some(r) if r.end == s => r.end += BLOCK_SIZE_U64,
-                _ => out.push(s..s + BLOCK_SIZE_U64),
+                Some(e) if e.range.end == s && e.data == data => e.range.end += BLOCK_SIZE_U64,
+                _ => out.push(DiffExtent {
+                    range: s..s + BLOCK_SIZE_U64,
+                    data,
+                }),
             }
         };
-        let same = |x: &BlockEntry, y: &BlockEntry| x == y;
+        // Views list data blocks only, ascending: a block `b` lacks reads
+        // zeros in `to`.
         let (mut i, mut j) = (0, 0);
         while i < a.len() || j < b.len() {
             match (a.get(i), b.get(j)) {
                 (Some(x), Some(y)) if x.blk == y.blk => {
-                    if !same(x, y) {
-                        push(x.blk);
+                    if x != y {
+                        push(y.blk, true);
                     }
                     i += 1;
                     j += 1;
                 }
                 (Some(x), Some(y)) if x.blk < y.blk => {
-                    push(x.blk);
+                    push(x.blk, false);
                     i += 1;
                 }
                 (Some(_), Some(y)) | (None, Some(y)) => {
-                    push(y.blk);
+                    push(y.blk, true);
                     j += 1;
                 }
                 (Some(x), None) => {
-                    push(x.blk);
+                    push(x.blk, false);
                     i += 1;
                 }
                 (None, None) => break,

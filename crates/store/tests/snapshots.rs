@@ -437,6 +437,23 @@ fn check_diffs(h: &mut Harness, m: &SnapModel, universe: &[ObjectId]) {
                     .to_vec(),
             }
         };
+        // Rolling the head back: applying the extents from the head to a
+        // snapshot (its data where listed as data, zeros elsewhere) to the
+        // head's bytes gives the snapshot's.
+        let head = read(h, Some(HEAD));
+        for to in m.cuts.keys() {
+            let want = read(h, Some(*to));
+            let mut got = head.clone();
+            for e in h.store.diff_extents(*o, Some(HEAD), *to) {
+                let r = e.range.start as usize..e.range.end as usize;
+                if e.data {
+                    got[r.clone()].copy_from_slice(&want[r]);
+                } else {
+                    got[r].fill(0);
+                }
+            }
+            assert!(got == want, "{o}: rolling the head back to {to}");
+        }
         for (i, from) in views.iter().enumerate() {
             for to in &views[i + 1..] {
                 let to = to.expect("to is a snapshot or the head");
@@ -448,6 +465,17 @@ fn check_diffs(h: &mut Harness, m: &SnapModel, universe: &[ObjectId]) {
                     }
                 }
                 let (a, b) = (read(h, *from), read(h, Some(to)));
+                // What the extents say `to` reads: zeros where not data.
+                for e in h.store.diff_extents(*o, *from, to) {
+                    let bytes = &b[e.range.start as usize..e.range.end as usize];
+                    if !e.data {
+                        assert!(
+                            bytes.iter().all(|x| *x == 0),
+                            "{o} {from:?}->{to}: {:?} listed as zeros",
+                            e.range
+                        );
+                    }
+                }
                 for blk in 0..OBJECT_BLOCKS as usize {
                     let same = a[blk * BLOCK_SIZE..(blk + 1) * BLOCK_SIZE]
                         == b[blk * BLOCK_SIZE..(blk + 1) * BLOCK_SIZE];
