@@ -24,6 +24,7 @@
 //! ```
 
 mod catalog;
+mod clone;
 pub mod locate;
 pub mod map_feed;
 pub mod object_io;
@@ -34,6 +35,7 @@ use std::rc::Rc;
 use std::sync::Arc;
 
 pub use catalog::ClusterCatalog;
+pub use clone::FlattenStats;
 pub use map_feed::{ClientIdentity, LocalMap, MapFeed};
 pub use object_io::{CustomWire, Transport, Wire};
 pub use volume::Volume;

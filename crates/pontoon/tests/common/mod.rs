@@ -3,6 +3,8 @@
 //! processes a cluster runs.
 #![allow(dead_code)]
 
+pub mod qemu;
+
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
