@@ -101,21 +101,25 @@ fn holes(ranges: &[(u64, u64)], start: u64, end: u64) -> Vec<(u64, u64)> {
     out
 }
 
+/// Appends `len` bytes (allocated or not) to `out`, merging with the last
+/// extent when it is of the same kind.
+pub(crate) fn push_extent(out: &mut Vec<Extent>, len: u64, allocated: bool) {
+    if len == 0 {
+        return;
+    }
+    match out.last_mut() {
+        Some(e) if e.allocated == allocated => e.len += len,
+        _ => out.push(Extent { len, allocated }),
+    }
+}
+
 /// `extents` (covering `offset..`) with everything before `overlap`
 /// reported allocated: the parent snapshot may hold data there (the OSDs
 /// answer allocation queries for heads only, so a snapshot's blocks are
 /// all reported as data, as `VOLUME@SNAPSHOT` does).
 pub(crate) fn with_parent_data(extents: Vec<Extent>, offset: u64, overlap: u64) -> Vec<Extent> {
     let mut out: Vec<Extent> = Vec::with_capacity(extents.len() + 1);
-    let mut push = |len: u64, allocated: bool| {
-        if len == 0 {
-            return;
-        }
-        match out.last_mut() {
-            Some(e) if e.allocated == allocated => e.len += len,
-            _ => out.push(Extent { len, allocated }),
-        }
-    };
+    let mut push = |len: u64, allocated: bool| push_extent(&mut out, len, allocated);
     let mut pos = offset;
     for e in extents {
         let inside = overlap.saturating_sub(pos).min(e.len);

@@ -254,15 +254,8 @@ impl Volume {
         }))
         .await?;
         let mut out: Vec<Extent> = Vec::new();
-        let mut push = |len: u64, allocated: bool| {
-            if len == 0 {
-                return;
-            }
-            match out.last_mut() {
-                Some(e) if e.allocated == allocated => e.len += len,
-                _ => out.push(Extent { len, allocated }),
-            }
-        };
+        let mut push =
+            |len: u64, allocated: bool| crate::clone::push_extent(&mut out, len, allocated);
         for (p, ranges) in maps {
             let (start, end) = (p.offset, p.offset + p.len);
             let mut pos = start;

@@ -14,7 +14,8 @@
 use pontoon_types::VolumeId;
 use serde::{Deserialize, Serialize};
 
-use crate::model::{VolumeRecord, ids, is_valid_name};
+use crate::model::{VolumeRecord, ids};
+use crate::snapshots::check_volume_name;
 use crate::{ClusterError, ClusterMap, MapStore};
 
 /// Clones named in a refusal before "and N more".
@@ -130,12 +131,7 @@ impl MapStore {
         pool: Option<&str>,
     ) -> Result<VolumeRecord, ClusterError> {
         let spec = format!("{volume}@{snap}");
-        if !is_valid_name(name) {
-            return Err(ClusterError::InvalidArgument(format!(
-                "volume name {name:?} must be 1-{} characters of [A-Za-z0-9._-]",
-                crate::MAX_NAME_LEN
-            )));
-        }
+        check_volume_name(name)?;
         let updated = self
             .update::<_, ClusterError>(|m| {
                 let parent = m

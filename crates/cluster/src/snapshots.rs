@@ -74,7 +74,7 @@ pub fn parse_snap_spec(spec: &str) -> Result<(&str, &str), ClusterError> {
 }
 
 /// Checks a volume name given where a snapshot is addressed.
-fn check_volume_name(name: &str) -> Result<(), ClusterError> {
+pub(crate) fn check_volume_name(name: &str) -> Result<(), ClusterError> {
     if is_valid_name(name) {
         return Ok(());
     }

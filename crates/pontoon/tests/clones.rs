@@ -17,7 +17,6 @@
 
 mod common;
 
-use std::path::Path;
 use std::process::Command;
 
 use common::qemu::*;
@@ -25,25 +24,6 @@ use common::*;
 
 const MIB: usize = 1 << 20;
 const SIZE: usize = 64 * MIB;
-
-/// Asserts that export `export` of the gateway at `port` holds exactly
-/// `want` (qemu-img compare against a raw file of it).
-fn assert_holds(dir: &Path, port: u16, export: &str, want: &[u8]) {
-    let file = dir.join("want.raw");
-    std::fs::write(&file, want).expect("write want.raw");
-    let cmp = Command::new("qemu-img")
-        .args(["compare", "-f", "raw", "-F", "raw"])
-        .arg(&file)
-        .arg(format!("nbd://127.0.0.1:{port}/{export}"))
-        .output()
-        .expect("run qemu-img (scripts/deps.sh test installs qemu-utils)");
-    assert!(
-        cmp.status.success(),
-        "{export} differs from what it should hold: {}{}",
-        String::from_utf8_lossy(&cmp.stdout),
-        String::from_utf8_lossy(&cmp.stderr)
-    );
-}
 
 /// `qemu-img map` of an export: (start, length, data) per extent.
 fn map(port: u16, export: &str) -> Vec<(u64, u64, bool)> {

@@ -76,3 +76,22 @@ pub fn one_line_error(dir: &Path, args: &[&str]) -> String {
     assert!(lines[0].starts_with("error: "), "{stderr}");
     lines[0].to_string()
 }
+
+/// Asserts that export `export` of the gateway at `port` holds exactly
+/// `want` (qemu-img compare against a raw file of it).
+pub fn assert_holds(dir: &Path, port: u16, export: &str, want: &[u8]) {
+    let file = dir.join("want.raw");
+    std::fs::write(&file, want).expect("write want.raw");
+    let cmp = Command::new("qemu-img")
+        .args(["compare", "-f", "raw", "-F", "raw"])
+        .arg(&file)
+        .arg(format!("nbd://127.0.0.1:{port}/{export}"))
+        .output()
+        .expect("run qemu-img (scripts/deps.sh test installs qemu-utils)");
+    assert!(
+        cmp.status.success(),
+        "{export} differs from what it should hold: {}{}",
+        String::from_utf8_lossy(&cmp.stdout),
+        String::from_utf8_lossy(&cmp.stderr)
+    );
+}
