@@ -24,6 +24,7 @@
 //! ```
 
 mod catalog;
+mod clone;
 mod diff;
 pub mod diff_stream;
 pub mod locate;
@@ -36,6 +37,7 @@ use std::rc::Rc;
 use std::sync::Arc;
 
 pub use catalog::ClusterCatalog;
+pub use clone::FlattenStats;
 pub use diff::{Change, READ_CHUNK};
 pub use map_feed::{ClientIdentity, LocalMap, MapFeed};
 pub use object_io::{CustomWire, Transport, Wire};

@@ -50,6 +50,7 @@ impl Volume {
                 id: s.id,
                 name: s.name.clone(),
             }),
+            written: Default::default(),
             transport,
         })
     }

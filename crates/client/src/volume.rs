@@ -10,6 +10,7 @@ use pontoon_types::{BLOCK_SIZE_U64, ObjectId, VolumeId};
 use pontoon_volume::{BlockVolume, Extent, VolumeError, check_io};
 
 use crate::ClientError;
+use crate::clone::WrittenObjects;
 use crate::object_io::Transport;
 use crate::snapshot::SnapView;
 
@@ -24,17 +25,19 @@ pub struct Volume {
     pub(crate) object_size: u64,
     /// The snapshot opened, if this is one.
     pub(crate) snap: Option<SnapView>,
+    /// Objects of a clone known to be written in full (see [`crate::clone`]).
+    pub(crate) written: WrittenObjects,
 }
 
 /// The part of an I/O that falls in one object.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct Piece {
-    oid: ObjectId,
+pub(crate) struct Piece {
+    pub(crate) oid: ObjectId,
     /// Offset within the object.
-    offset: u64,
-    len: u64,
+    pub(crate) offset: u64,
+    pub(crate) len: u64,
     /// Offset within the caller's buffer.
-    at: u64,
+    pub(crate) at: u64,
 }
 
 impl Volume {
@@ -51,6 +54,7 @@ impl Volume {
             object_size: v.object_size,
             transport,
             snap: None,
+            written: WrittenObjects::default(),
         })
     }
 
@@ -73,7 +77,7 @@ impl Volume {
             .map_or(self.size, |v| v.size_bytes)
     }
 
-    fn pieces(&self, offset: u64, len: u64) -> Vec<Piece> {
+    pub(crate) fn pieces(&self, offset: u64, len: u64) -> Vec<Piece> {
         let mut out = Vec::new();
         let mut at = 0;
         while at < len {
@@ -92,7 +96,7 @@ impl Volume {
         out
     }
 
-    fn check(&self, offset: u64, len: u64) -> Result<(), ClientError> {
+    pub(crate) fn check(&self, offset: u64, len: u64) -> Result<(), ClientError> {
         check_io(self.current_size(), offset, len)
             .map_err(|e| ClientError::InvalidArgument(e.to_string()))
     }
@@ -101,31 +105,15 @@ impl Volume {
     pub async fn read_at(&self, offset: u64, len: u64) -> Result<AlignedBuf, ClientError> {
         self.check(offset, len)?;
         let snap = self.snap_id()?;
+        let layer = self.parent_layer()?;
         let pieces = self.pieces(offset, len);
-        let parts = try_join_all(pieces.iter().map(|p| async move {
-            let (_, data) = self
-                .transport
-                .call(
-                    p.oid,
-                    |target, _| {
-                        Message::Read(ReadReq {
-                            target,
-                            offset: p.offset,
-                            len: p.len as u32,
-                            snap,
-                        })
-                    },
-                    None,
-                )
-                .await?;
-            match data {
-                Some(d) if d.len() as u64 == p.len => Ok(d),
-                other => Err(ClientError::Protocol(format!(
-                    "read of {} bytes of {} returned {} bytes",
-                    p.len,
-                    p.oid,
-                    other.map_or(0, |d| d.len())
-                ))),
+        let parts = try_join_all(pieces.iter().map(|p| {
+            let layer = layer.as_ref();
+            async move {
+                match layer {
+                    Some(l) if self.falls_through(l, p) => self.read_clone_piece(p, l).await,
+                    _ => self.read_piece(p, snap).await,
+                }
             }
         }))
         .await?;
@@ -140,6 +128,38 @@ impl Volume {
             out.extend_from_slice(p);
         }
         Ok(out)
+    }
+
+    /// Reads one object's part of a read, of the head or of snapshot `snap`.
+    pub(crate) async fn read_piece(
+        &self,
+        p: &Piece,
+        snap: Option<u64>,
+    ) -> Result<AlignedBuf, ClientError> {
+        let (_, data) = self
+            .transport
+            .call(
+                p.oid,
+                |target, _| {
+                    Message::Read(ReadReq {
+                        target,
+                        offset: p.offset,
+                        len: p.len as u32,
+                        snap,
+                    })
+                },
+                None,
+            )
+            .await?;
+        match data {
+            Some(d) if d.len() as u64 == p.len => Ok(d),
+            other => Err(ClientError::Protocol(format!(
+                "read of {} bytes of {} returned {} bytes",
+                p.len,
+                p.oid,
+                other.map_or(0, |d| d.len())
+            ))),
+        }
     }
 
     /// Writes `data` at `offset` (4 KiB aligned); returns once every
@@ -187,6 +207,7 @@ impl Volume {
                 Some(&data),
             )
             .await?;
+        self.note_write(p);
         Ok(())
     }
 
@@ -194,6 +215,9 @@ impl Volume {
     pub async fn discard_at(&self, offset: u64, len: u64) -> Result<(), ClientError> {
         self.writable()?;
         self.check(offset, len)?;
+        let Some((offset, len)) = self.zero_overlap(offset, len).await? else {
+            return Ok(());
+        };
         let pieces = self.pieces(offset, len);
         try_join_all(pieces.iter().map(|p| {
             self.transport.call(
@@ -219,6 +243,7 @@ impl Volume {
         if let Some(whole) = self.snap_allocation(len)? {
             return Ok(whole);
         }
+        let layer = self.parent_layer()?;
         let pieces = self.pieces(offset, len);
         let maps = try_join_all(pieces.iter().map(|p| async move {
             let (r, _) = self
@@ -229,15 +254,8 @@ impl Volume {
         }))
         .await?;
         let mut out: Vec<Extent> = Vec::new();
-        let mut push = |len: u64, allocated: bool| {
-            if len == 0 {
-                return;
-            }
-            match out.last_mut() {
-                Some(e) if e.allocated == allocated => e.len += len,
-                _ => out.push(Extent { len, allocated }),
-            }
-        };
+        let mut push =
+            |len: u64, allocated: bool| crate::clone::push_extent(&mut out, len, allocated);
         for (p, ranges) in maps {
             let (start, end) = (p.offset, p.offset + p.len);
             let mut pos = start;
@@ -251,6 +269,9 @@ impl Volume {
                 pos = e;
             }
             push(end - pos, false);
+        }
+        if let Some(l) = layer {
+            return Ok(crate::clone::with_parent_data(out, offset, l.overlap));
         }
         Ok(out)
     }

@@ -42,6 +42,7 @@ fn a_dead_osd_is_marked_out_and_its_pgs_backfilled_elsewhere() {
         osd_size: "512M",
         lease_ttl: Duration::from_secs(3),
         out_after: Duration::from_secs(5),
+        ..Opts::default()
     });
     let before = c.three_replica_volume(32, "256M");
     let others: BTreeSet<OsdId> = (0..4).filter(|i| *i != DEAD).map(OsdId).collect();

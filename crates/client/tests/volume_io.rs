@@ -56,6 +56,7 @@ fn cluster(osds: &[&TestOsd]) -> ClusterMap {
             object_size: 4 * MIB,
             snap_seq: 0,
             snapshots: Vec::new(),
+            parent: None,
         },
     );
     recompute(&mut m).expect("placement");

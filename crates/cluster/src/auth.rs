@@ -1035,6 +1035,7 @@ mod tests {
                 object_size: 4096,
                 snap_seq: 0,
                 snapshots: Vec::new(),
+                parent: None,
             },
         );
         let caps = Caps::parse("allow r volume=a/v").unwrap();

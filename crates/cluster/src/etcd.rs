@@ -810,6 +810,7 @@ impl MapStore {
                         object_size: DEFAULT_OBJECT_SIZE,
                         snap_seq: 0,
                         snapshots: Vec::new(),
+                        parent: None,
                     },
                 );
                 Ok(true)
@@ -869,6 +870,13 @@ impl MapStore {
                     reason: format!(
                         "it is exported as namespace {nsid} of NVMe-oF subsystem {nqn}{more}"
                     ),
+                });
+            }
+            if let Some(reason) = crate::clones::clones_block(&m.clones_of(vol.id, None)) {
+                return Err(ClusterError::InUse {
+                    kind: "volume",
+                    name: name.to_string(),
+                    reason,
                 });
             }
             if let Some(reason) = crate::snapshots::snapshots_block_removal(&vol) {
@@ -1537,4 +1545,3 @@ fn ensure_osd_key(m: &mut crate::ClusterMap, osd: OsdId) {
         tracing::warn!(%osd, "no key made for {entity}: {e}");
     }
 }
-

@@ -374,6 +374,7 @@ mod tests {
                 object_size: 4 << 20,
                 snap_seq: 0,
                 snapshots: Vec::new(),
+                parent: None,
             },
         );
         for nqn in ["nqn.2024-01.io.pontoon:db", "nqn.x/y%z w"] {

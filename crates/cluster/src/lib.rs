@@ -65,6 +65,7 @@
 
 pub mod auth;
 pub mod balancer;
+pub mod clones;
 pub mod config;
 pub mod daemons;
 pub mod etcd;

@@ -311,6 +311,9 @@ pub struct VolumeRecord {
     /// [`crate::snapshots::MAX_SNAPSHOTS_PER_VOLUME`]).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub snapshots: Vec<crate::snapshots::SnapshotRecord>,
+    /// The snapshot this volume is a clone of, until it is flattened.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent: Option<crate::clones::ParentRecord>,
 }
 
 impl VolumeRecord {
@@ -1063,6 +1066,7 @@ impl ClusterMap {
                 return Err(bad(key(), format!("its pool {} does not exist", v.pool)));
             }
             crate::snapshots::check_snapshots(v).map_err(|why| bad(key(), why))?;
+            crate::clones::check_parent(self, v).map_err(|why| bad(key(), why))?;
         }
         for rec in self.pgs.values() {
             let key = || crate::keys::pg_chunk_key(rec.pg);
@@ -1231,6 +1235,7 @@ mod tests {
                     size_bytes: 10 << 20,
                     protected: true,
                 }],
+                parent: None,
             },
         );
         m.pgs.insert(

@@ -74,7 +74,7 @@ pub fn parse_snap_spec(spec: &str) -> Result<(&str, &str), ClusterError> {
 }
 
 /// Checks a volume name given where a snapshot is addressed.
-fn check_volume_name(name: &str) -> Result<(), ClusterError> {
+pub(crate) fn check_volume_name(name: &str) -> Result<(), ClusterError> {
     if is_valid_name(name) {
         return Ok(());
     }
@@ -148,6 +148,15 @@ impl MapStore {
                     .volume_by_name(volume)
                     .ok_or_else(|| not_found("volume", volume.to_string()))?
                     .id;
+                let Some(v) = m.volumes.get(&id) else {
+                    return Err(not_found("volume", volume.to_string()));
+                };
+                if let Some(p) = &v.parent {
+                    let parent = m.parent_spec(p);
+                    return Err(ClusterError::InvalidArgument(format!(
+                        "volume {volume} is a clone of {parent}; flatten it before taking snapshots"
+                    )));
+                }
                 let Some(v) = m.volumes.get_mut(&id) else {
                     return Err(not_found("volume", volume.to_string()));
                 };
@@ -200,6 +209,16 @@ impl MapStore {
             let Some(i) = v.snapshots.iter().position(|s| s.name == snap) else {
                 return Err(not_found("snapshot", format!("{volume}@{snap}")));
             };
+            let (id, sid) = (v.id, v.snapshots[i].id);
+            let clones = m.clones_of(id, Some(sid));
+            if let Some(reason) = crate::clones::clones_block(&clones) {
+                return Err(ClusterError::InUse {
+                    kind: "snapshot",
+                    name: format!("{volume}@{snap}"),
+                    reason,
+                });
+            }
+            let v = find_volume(m, volume)?;
             if v.snapshots[i].protected {
                 return Err(ClusterError::InUse {
                     kind: "snapshot",
@@ -227,12 +246,26 @@ impl MapStore {
         let updated = self
             .update::<_, ClusterError>(|m| {
                 let v = find_volume(m, volume)?;
-                let Some(s) = v.snapshots.iter_mut().find(|s| s.name == snap) else {
+                let Some(s) = v.snapshots.iter().find(|s| s.name == snap) else {
                     return Err(not_found("snapshot", format!("{volume}@{snap}")));
                 };
                 if s.protected == protected {
                     return Ok(false);
                 }
+                let (id, sid) = (v.id, s.id);
+                if !protected
+                    && let Some(reason) = crate::clones::clones_block(&m.clones_of(id, Some(sid)))
+                {
+                    return Err(ClusterError::InUse {
+                        kind: "snapshot",
+                        name: format!("{volume}@{snap}"),
+                        reason,
+                    });
+                }
+                let v = find_volume(m, volume)?;
+                let Some(s) = v.snapshots.iter_mut().find(|s| s.id == sid) else {
+                    return Err(not_found("snapshot", format!("{volume}@{snap}")));
+                };
                 s.protected = protected;
                 Ok(true)
             })
@@ -331,6 +364,7 @@ mod tests {
                     protected: false,
                 })
                 .collect(),
+            parent: None,
         }
     }
 

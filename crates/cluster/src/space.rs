@@ -435,6 +435,7 @@ mod tests {
                 object_size: 4 * MIB,
                 snap_seq: 0,
                 snapshots: Vec::new(),
+                parent: None,
             },
         );
         m

@@ -65,6 +65,16 @@ pub struct VolumeView {
     pub max_objects: u64,
     /// Logical bytes allocated (see `pontoon du`), when reports are in.
     pub used_bytes: Option<u64>,
+    /// For a clone, its parent snapshot (`VOLUME@SNAPSHOT`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub parent: Option<String>,
+    /// For a clone, bytes that read through to the parent (0 otherwise).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub overlap_bytes: u64,
+}
+
+fn is_zero(v: &u64) -> bool {
+    *v == 0
 }
 
 /// The view of volume `v`, with its usage from `space`.
@@ -85,6 +95,8 @@ pub fn volume_view(map: &ClusterMap, v: &VolumeRecord, space: &SpaceReport) -> V
             .iter()
             .find(|u| u.id == v.id.0)
             .map(|u| u.used_bytes),
+        parent: v.parent.as_ref().map(|p| map.parent_spec(p)),
+        overlap_bytes: v.parent.as_ref().map_or(0, |p| p.overlap),
     }
 }
 

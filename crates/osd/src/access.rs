@@ -275,6 +275,7 @@ mod tests {
                     object_size: 1 << 20,
                     snap_seq: 0,
                     snapshots: Default::default(),
+                    parent: None,
                 },
             );
         }

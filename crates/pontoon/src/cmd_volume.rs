@@ -1,6 +1,6 @@
-//! `pontoon volume create|ls|info|resize|rm`, and moving a volume's data
-//! in and out: `export|import` (`cmd_export`), `export-diff|import-diff`
-//! (`cmd_diff`).
+//! `pontoon volume create|ls|info|resize|rm|clone|flatten` (clones in
+//! `cmd_clone`), and moving a volume's data in and out: `export|import`
+//! (`cmd_export`), `export-diff|import-diff` (`cmd_diff`).
 
 use anyhow::{Result, bail};
 use clap::{Args, Subcommand};
@@ -55,7 +55,7 @@ enum VolumeCmd {
         #[arg(long, value_name = "SIZE")]
         size: String,
     },
-    /// Remove a volume.
+    /// Remove a volume (refused while it has snapshots or clones).
     Rm {
         /// Volume name.
         name: String,
@@ -68,6 +68,21 @@ enum VolumeCmd {
     ExportDiff(crate::cmd_diff::ExportDiffArgs),
     /// Apply a diff stream to a volume and take its to-snapshot.
     ImportDiff(crate::cmd_diff::ImportDiffArgs),
+    /// Make a writable clone of a protected snapshot.
+    Clone {
+        /// The parent snapshot, VOLUME@SNAPSHOT (protected).
+        spec: String,
+        /// The new volume's name.
+        name: String,
+        /// Pool for the clone (default: the parent's).
+        #[arg(long, value_name = "POOL")]
+        pool: Option<String>,
+    },
+    /// Copy a clone's parent data into it and detach it from its parent.
+    Flatten {
+        /// The clone's name.
+        name: String,
+    },
 }
 
 /// Runs `pontoon volume ...`.
@@ -84,6 +99,11 @@ pub fn run(args: VolumeArgs) -> Result<()> {
     let size = match &args.cmd {
         VolumeCmd::Create { size, .. } => Some(parse_size_arg("volume size", size)?),
         VolumeCmd::Resize { size, .. } => Some(parse_size_arg("volume size", size)?),
+        VolumeCmd::Clone { spec, name, .. } => {
+            crate::cmd_clone::check_clone_args(spec, name)?;
+            None
+        }
+        VolumeCmd::Flatten { name } => return crate::cmd_clone::flatten(&args.cluster, name),
         _ => None,
     };
     crate::runtime()?.block_on(async move {
@@ -109,14 +129,19 @@ pub fn run(args: VolumeArgs) -> Result<()> {
                     println!("no volumes");
                 } else {
                     println!(
-                        "{:<24} {:>5} {:<16} {:>12} {:>12}",
+                        "{:<24} {:>5} {:<16} {:>12} {:>12} PARENT",
                         "NAME", "ID", "POOL", "SIZE", "USED"
                     );
                     for v in vols {
                         let used = v.used_bytes.map_or_else(|| "-".into(), format_size);
                         println!(
-                            "{:<24} {:>5} {:<16} {:>12} {:>12}",
-                            v.name, v.id, v.pool, v.size, used
+                            "{:<24} {:>5} {:<16} {:>12} {:>12} {}",
+                            v.name,
+                            v.id,
+                            v.pool,
+                            v.size,
+                            used,
+                            v.parent.as_deref().unwrap_or("-")
                         );
                     }
                 }
@@ -136,6 +161,9 @@ pub fn run(args: VolumeArgs) -> Result<()> {
                     println!("pool        {}", v.pool);
                     println!("size        {} ({} bytes)", v.size, v.size_bytes);
                     println!("object size {}", format_size(v.object_size));
+                    if let Some(p) = &v.parent {
+                        println!("parent      {p} (overlap {})", format_size(v.overlap_bytes));
+                    }
                     if let Some(u) = v.used_bytes {
                         println!("used        {}", format_size(u));
                     }
@@ -150,10 +178,14 @@ pub fn run(args: VolumeArgs) -> Result<()> {
                 let v = store.remove_volume(&name).await?;
                 println!("volume {} removed", v.name);
             }
+            VolumeCmd::Clone { spec, name, pool } => {
+                crate::cmd_clone::clone(&store, &spec, &name, pool.as_deref()).await?;
+            }
             VolumeCmd::Export(_)
             | VolumeCmd::Import(_)
             | VolumeCmd::ExportDiff(_)
-            | VolumeCmd::ImportDiff(_) => unreachable!("handled before connecting"),
+            | VolumeCmd::ImportDiff(_)
+            | VolumeCmd::Flatten { .. } => unreachable!("handled before connecting"),
         }
         Ok(())
     })

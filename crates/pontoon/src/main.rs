@@ -11,6 +11,7 @@ mod cmd_api;
 mod cmd_auth;
 mod cmd_balancer;
 mod cmd_bench;
+mod cmd_clone;
 mod cmd_config;
 mod cmd_config_cluster;
 mod cmd_config_show;

@@ -13,6 +13,7 @@ mod common;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 
+use common::qemu::*;
 use common::*;
 use serde_json::Value;
 

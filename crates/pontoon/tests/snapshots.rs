@@ -14,9 +14,9 @@ mod common;
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::process::Command;
 use std::time::Duration;
 
+use common::qemu::*;
 use common::*;
 
 const NBD_FLAG_READ_ONLY: u16 = 1 << 1;
@@ -132,22 +132,9 @@ fn a_snapshot_over_nbd_keeps_what_the_volume_held_and_refuses_writes() {
         &["read -P 0xa1 0 9M", "read -P 0 9M 31M", "read -P 0 40M 1M"],
     );
     // The same through qemu-img: the snapshot equals a file of A.
-    let a_file = dir.join("a.raw");
     let mut a = vec![0xa1u8; 9 << 20];
     a.resize(64 << 20, 0);
-    std::fs::write(&a_file, &a).expect("write a.raw");
-    let cmp = Command::new("qemu-img")
-        .args(["compare", "-f", "raw", "-F", "raw"])
-        .arg(&a_file)
-        .arg(format!("nbd://127.0.0.1:{port}/v1@s1"))
-        .output()
-        .expect("run qemu-img");
-    assert!(
-        cmp.status.success(),
-        "qemu-img compare: {}{}",
-        String::from_utf8_lossy(&cmp.stdout),
-        String::from_utf8_lossy(&cmp.stderr)
-    );
+    assert_holds(&dir, port, "v1@s1", &a);
 
     // Read-only: the export says so, a write on the wire is refused with
     // EPERM (and changes nothing), and qemu cannot write it.

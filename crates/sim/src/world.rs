@@ -171,6 +171,7 @@ impl World {
                 object_size: cfg.object_size,
                 snap_seq: 0,
                 snapshots: Vec::new(),
+                parent: None,
             },
         );
         map.volumes.insert(
@@ -183,6 +184,7 @@ impl World {
                 object_size: cfg.object_size,
                 snap_seq: 0,
                 snapshots: Vec::new(),
+                parent: None,
             },
         );
         map.next = NextIds {
