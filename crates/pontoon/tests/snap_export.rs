@@ -65,6 +65,14 @@ fn open_on_a_gateway(status: &Value, volume: &str) -> bool {
     })
 }
 
+/// Waits until no gateway lists `export` as open (a host that just
+/// disconnected is unlisted a moment later).
+fn closed_everywhere(dir: &Path, export: &str) {
+    wait_status(dir, &format!("no gateway holding {export}"), |s| {
+        !open_on_a_gateway(s, export)
+    });
+}
+
 /// A host holding `export` open: qemu-io waiting for commands on stdin.
 struct Holder(Child);
 
@@ -87,9 +95,7 @@ impl Holder {
     fn close(mut self, dir: &Path, export: &str) {
         drop(self.0.stdin.take());
         let _ = self.0.wait();
-        wait_status(dir, &format!("no gateway holding {export}"), |s| {
-            !open_on_a_gateway(s, export)
-        });
+        closed_everywhere(dir, export);
     }
 }
 
@@ -191,6 +197,7 @@ fn rollback_returns_the_volume_to_the_snapshot_unless_a_gateway_has_it_open() {
 
     // Rolled back: pattern A, zeros elsewhere, the snapshot's size; what
     // lay past it is gone (it reads zeros once the volume grows again).
+    closed_everywhere(&dir, "v1");
     let done = ok(&dir, &["snap", "rollback", "v1@a"]);
     assert!(
         done.contains("volume v1 rolled back to snapshot a"),
