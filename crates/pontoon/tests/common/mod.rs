@@ -475,3 +475,25 @@ pub fn one_line_error(dir: &Path, args: &[&str]) -> String {
     assert!(lines[0].starts_with("error: "), "{stderr}");
     lines[0].to_string()
 }
+
+/// Runs a command to completion; panics if it cannot start.
+pub fn run_tool(cmd: &mut Command) -> Output {
+    let shown = format!("{cmd:?}");
+    cmd.stdin(Stdio::null())
+        .output()
+        .unwrap_or_else(|e| panic!("run {shown}: {e} (scripts/deps.sh test installs the tools)"))
+}
+
+/// Runs a command that must succeed; returns its stdout.
+pub fn must(cmd: &mut Command) -> String {
+    let shown = format!("{cmd:?}");
+    let out = run_tool(cmd);
+    assert!(
+        out.status.success(),
+        "{shown} failed: {}\nstdout: {}\nstderr: {}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
