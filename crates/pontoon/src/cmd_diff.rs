@@ -27,8 +27,8 @@ use pontoon_types::format_size;
 
 use crate::cluster_args::ClusterArgs;
 use crate::volume_io::{
-    CHUNK, IN_FLIGHT, Output, check_volume, data_runtime, find, open_input, progress, report,
-    wait_for_size,
+    CHUNK, IN_FLIGHT, Output, check_volume, data_runtime, find, open_input, or_remove, progress,
+    report, wait_for_size,
 };
 
 /// `pontoon volume export-diff`.
@@ -92,28 +92,31 @@ pub fn export_diff(cluster: &ClusterArgs, a: ExportDiffArgs) -> Result<()> {
         Output::File(f) => Box::new(f),
         Output::Stdout(s) => Box::new(s),
     };
-    let mut w = DiffWriter::new(BufWriter::with_capacity(1 << 20, out), &header)?;
     let bar = progress(&format!("exporting the diff of {}", a.spec), Some(size));
-    data_runtime()?.block_on(async {
-        let vol = Client::new(feed.clone()).open(&a.spec)?;
-        let vol = &vol;
-        let mut objects = futures::stream::iter(0..vol.objects_in(size))
-            .map(|i| vol.read_changes(i, from))
-            .buffered(IN_FLIGHT);
-        while let Some(changes) = objects.next().await {
-            for c in changes? {
-                if !c.extent.data {
-                    w.zero(c.extent.offset, c.extent.len)?;
+    let written = (|| {
+        let mut w = DiffWriter::new(BufWriter::with_capacity(1 << 20, out), &header)?;
+        data_runtime()?.block_on(async {
+            let vol = Client::new(feed.clone()).open(&a.spec)?;
+            let vol = &vol;
+            let mut objects = futures::stream::iter(0..vol.objects_in(size))
+                .map(|i| vol.read_changes(i, from))
+                .buffered(IN_FLIGHT);
+            while let Some(changes) = objects.next().await {
+                for c in changes? {
+                    if !c.extent.data {
+                        w.zero(c.extent.offset, c.extent.len)?;
+                    }
+                    for (at, d) in c.data {
+                        w.data(at, &d)?;
+                    }
                 }
-                for (at, d) in c.data {
-                    w.data(at, &d)?;
-                }
+                bar.inc(vol.object_size());
             }
-            bar.inc(vol.object_size());
-        }
-        Ok::<_, anyhow::Error>(())
-    })?;
-    let (_, totals) = w.finish()?;
+            Ok::<_, anyhow::Error>(())
+        })?;
+        Ok::<_, anyhow::Error>(w.finish()?.1)
+    })();
+    let totals = or_remove(&a.file, written)?;
     bar.finish_and_clear();
     feed.shutdown();
     let msg = format!(

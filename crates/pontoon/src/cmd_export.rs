@@ -24,7 +24,7 @@ use pontoon_types::{BLOCK_SIZE, format_size};
 
 use crate::cluster_args::ClusterArgs;
 use crate::volume_io::{
-    CHUNK, IN_FLIGHT, ImageWriter, Output, check_volume, data_runtime, find, open_input,
+    CHUNK, IN_FLIGHT, ImageWriter, Output, check_volume, data_runtime, find, open_input, or_remove,
     parse_spec, progress, read_full, report, wait_for_size,
 };
 
@@ -64,23 +64,26 @@ pub fn export(cluster: &ClusterArgs, a: ExportArgs) -> Result<()> {
     };
     let out = Output::open(&a.file)?;
     let to_stdout = out.is_stdout();
-    let mut writer = ImageWriter::new(out, size)?;
     let bar = progress(&format!("exporting {}", a.spec), Some(size));
-    data_runtime()?.block_on(async {
-        let vol = Client::new(feed.clone()).open(&a.spec)?;
-        let vol = &vol;
-        let mut objects = futures::stream::iter(0..vol.objects_in(size))
-            .map(|i| vol.read_changes(i, DiffView::Nothing))
-            .buffered(IN_FLIGHT);
-        while let Some(changes) = objects.next().await {
-            for (offset, data) in changes?.into_iter().flat_map(|c| c.data) {
-                writer.write_at(offset, &data)?;
+    let written = (|| {
+        let mut writer = ImageWriter::new(out, size)?;
+        data_runtime()?.block_on(async {
+            let vol = Client::new(feed.clone()).open(&a.spec)?;
+            let vol = &vol;
+            let mut objects = futures::stream::iter(0..vol.objects_in(size))
+                .map(|i| vol.read_changes(i, DiffView::Nothing))
+                .buffered(IN_FLIGHT);
+            while let Some(changes) = objects.next().await {
+                for (offset, data) in changes?.into_iter().flat_map(|c| c.data) {
+                    writer.write_at(offset, &data)?;
+                }
+                bar.inc(vol.object_size());
             }
-            bar.inc(vol.object_size());
-        }
-        Ok::<_, anyhow::Error>(())
-    })?;
-    writer.finish(size)?;
+            Ok::<_, anyhow::Error>(())
+        })?;
+        writer.finish(size)
+    })();
+    or_remove(&a.file, written)?;
     bar.finish_and_clear();
     feed.shutdown();
     report(

@@ -101,6 +101,16 @@ pub fn report(data_on_stdout: bool, msg: &str) {
     }
 }
 
+/// `r`, the outcome of writing `path`; on failure the partial file is
+/// removed (standard output cannot be), so a failed export leaves no
+/// image or diff behind that looks whole.
+pub fn or_remove<T>(path: &str, r: Result<T>) -> Result<T> {
+    if r.is_err() && path != "-" {
+        let _ = std::fs::remove_file(path);
+    }
+    r
+}
+
 /// Where an export goes: a file (written sparsely, at offsets) or standard
 /// output (written in order, zeros included).
 pub enum Output {

@@ -17,7 +17,7 @@ mod common;
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::*;
@@ -26,32 +26,10 @@ const MIB: usize = 1 << 20;
 /// Each volume's size.
 const VOL: &str = "64M";
 
-/// Runs a command to completion; panics if it cannot start.
-fn run(cmd: &mut Command) -> Output {
-    let shown = format!("{cmd:?}");
-    cmd.stdin(Stdio::null())
-        .output()
-        .unwrap_or_else(|e| panic!("run {shown}: {e} (scripts/deps.sh test installs the tools)"))
-}
-
-/// Runs a command that must succeed; returns its stdout.
-fn must(cmd: &mut Command) -> String {
-    let shown = format!("{cmd:?}");
-    let out = run(cmd);
-    assert!(
-        out.status.success(),
-        "{shown} failed: {}\nstdout: {}\nstderr: {}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
 /// Runs a command that must fail; returns its stdout and stderr.
 fn refused(cmd: &mut Command) -> String {
     let shown = format!("{cmd:?}");
-    let out = run(cmd);
+    let out = run_tool(cmd);
     let text = format!(
         "{}{}",
         String::from_utf8_lossy(&out.stdout),

@@ -24,25 +24,8 @@ fn uri(port: u16, export: &str) -> String {
     format!("nbd://127.0.0.1:{port}/{export}")
 }
 
-/// Runs a real client that must succeed.
-fn run_ok(cmd: &mut Command) -> String {
-    let shown = format!("{cmd:?}");
-    let out = cmd
-        .stdin(Stdio::null())
-        .output()
-        .unwrap_or_else(|e| panic!("run {shown}: {e} (scripts/deps.sh test installs it)"));
-    assert!(
-        out.status.success(),
-        "{shown}: {}\n{}{}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
 fn sha256(path: &Path) -> String {
-    let out = run_ok(Command::new("sha256sum").arg(path));
+    let out = must(Command::new("sha256sum").arg(path));
     out.split_whitespace()
         .next()
         .unwrap_or_default()
@@ -51,7 +34,7 @@ fn sha256(path: &Path) -> String {
 
 /// `qemu-img compare` of two images (NBD URIs or raw files): equal.
 fn same_images(a: &str, b: &str) {
-    run_ok(Command::new("qemu-img").args(["compare", "-f", "raw", "-F", "raw", a, b]));
+    must(Command::new("qemu-img").args(["compare", "-f", "raw", "-F", "raw", a, b]));
 }
 
 /// Whether some gateway lists `volume` among its open volumes.
@@ -249,7 +232,7 @@ fn exports_match_nbdcopy_and_diffs_rebuild_the_second_snapshot_from_the_first() 
     // `volume export` of a snapshot equals nbdcopy of its NBD export.
     let out = ok(&dir, &["volume", "export", "v1@s1", &path("s1.raw")]);
     assert!(out.contains("exported v1@s1"), "{out}");
-    run_ok(Command::new("nbdcopy").args([&uri(port, "v1@s1"), &path("s1.nbd.raw")]));
+    must(Command::new("nbdcopy").args([&uri(port, "v1@s1"), &path("s1.nbd.raw")]));
     assert_eq!(
         std::fs::metadata(path("s1.raw")).map(|m| m.len()).ok(),
         Some(256 * MIB)
@@ -473,7 +456,7 @@ fn exports_match_nbdcopy_and_diffs_rebuild_the_second_snapshot_from_the_first() 
     // empty volume, then export-diff | import-diff.
     let me = env!("CARGO_BIN_EXE_pontoon");
     let d = dir.to_string_lossy();
-    let sh = |script: &str| run_ok(Command::new("timeout").args(["120", "sh", "-c", script]));
+    let sh = |script: &str| must(Command::new("timeout").args(["120", "sh", "-c", script]));
     sh(&format!(
         "cat {} | {me} volume import - w4 --cluster {d}",
         path("s1.raw")

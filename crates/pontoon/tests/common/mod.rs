@@ -406,3 +406,25 @@ pub fn fio_nbd_round(nbd: &str, volume: &str, seed: u32) -> (Instant, Instant, b
     );
     (t, Instant::now(), r.success(), r.report())
 }
+
+/// Runs a command to completion; panics if it cannot start.
+pub fn run_tool(cmd: &mut Command) -> Output {
+    let shown = format!("{cmd:?}");
+    cmd.stdin(Stdio::null())
+        .output()
+        .unwrap_or_else(|e| panic!("run {shown}: {e} (scripts/deps.sh test installs the tools)"))
+}
+
+/// Runs a command that must succeed; returns its stdout.
+pub fn must(cmd: &mut Command) -> String {
+    let shown = format!("{cmd:?}");
+    let out = run_tool(cmd);
+    assert!(
+        out.status.success(),
+        "{shown} failed: {}\nstdout: {}\nstderr: {}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
