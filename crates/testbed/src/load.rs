@@ -25,7 +25,8 @@ use std::time::{Duration, Instant};
 
 use pontoon_client::{Client, MapFeed, Volume};
 use pontoon_cluster::ClusterMap;
-use pontoon_net::RpcConn;
+use pontoon_cluster::auth::EntityName;
+use pontoon_net::{ClientAuth, Key, Limits, RpcConn, WireMode};
 use pontoon_proto::{Message, Role, SnapLayout, Status, Target};
 use pontoon_sim::workload::{
     BLOCK, Kind, Op, Outcome, decode, describe_difference, encode, offset_of,
@@ -701,6 +702,33 @@ async fn compare(map: &ClusterMap, volume: &str, objects: Option<u64>) -> Result
     }
 }
 
+/// In a protected `ms_mode`, the identity the inspector proves: only an
+/// OSD of the map with `profile osd` may pull, so it speaks as the first
+/// OSD with a key (whose key the map holds). `None` in mode none, where a
+/// plain hello as [`INSPECTOR`] is enough.
+fn inspector_auth(map: &ClusterMap) -> Result<Option<ClientAuth>, String> {
+    if map.settings.ms_mode == WireMode::None {
+        return Ok(None);
+    }
+    let (entity, rec) = map
+        .osds
+        .keys()
+        .find_map(|id| {
+            let e = EntityName::osd(id.0);
+            map.auth.get(&e).map(|r| (e, r))
+        })
+        .ok_or_else(|| {
+            format!(
+                "ms_mode {}: no OSD key in the map to pull with",
+                map.settings.ms_mode
+            )
+        })?;
+    let key = Key::from_bytes(*rec.keys.current().key.as_bytes());
+    ClientAuth::new(map.settings.ms_mode, &entity.to_string(), key)
+        .map(Some)
+        .map_err(|e| format!("{entity}'s credentials: {e}"))
+}
+
 async fn pull(
     map: &ClusterMap,
     conns: &mut BTreeMap<std::net::SocketAddr, Rc<RpcConn>>,
@@ -715,9 +743,14 @@ async fn pull(
     let conn = match conns.get(&addr) {
         Some(c) => c.clone(),
         None => {
-            let c = RpcConn::connect(addr, Role::Osd(INSPECTOR), Duration::from_secs(5))
-                .await
-                .map_err(|e| format!("connecting to {addr}: {e}"))?;
+            let c = match inspector_auth(map)? {
+                None => RpcConn::connect(addr, Role::Osd(INSPECTOR), Duration::from_secs(5)).await,
+                Some(auth) => {
+                    RpcConn::connect_auth(addr, &auth, Duration::from_secs(5), Limits::default())
+                        .await
+                }
+            }
+            .map_err(|e| format!("connecting to {addr}: {e}"))?;
             conns.insert(addr, c.clone());
             c
         }
