@@ -111,7 +111,16 @@ fn entities_keys_and_caps_round_trip_through_the_cli() {
     let admin_ring = keys.join("client.admin.keyring");
     let admin_key = key_in(&std::fs::read_to_string(&admin_ring).unwrap());
     assert_eq!(admin_key.len(), 44, "256 bits in base64");
-    let up_out = std::fs::read_to_string(dir.join("up.out")).unwrap();
+    // `up` prints its summary after writing cluster.toml (what wait_ready
+    // watches), once the daemons registered: wait for it, bounded.
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let up_out = loop {
+        let text = std::fs::read_to_string(dir.join("up.out")).unwrap();
+        if text.contains("keys/client.admin.keyring") || Instant::now() > deadline {
+            break text;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
     assert!(up_out.contains("keys/client.admin.keyring"), "{up_out}");
 
     let all = entities(&dir);

@@ -96,7 +96,7 @@ fn a_clone_reads_its_snapshot_until_written_and_keeps_its_data_after_flatten() {
     ok(&dir, &["snap", "create", "v1@s1"]);
 
     // Bad clone commands: one line each, nothing changes.
-    let volumes = ok(&dir, &["volume", "ls", "--json"]);
+    let volumes = volume_records(&dir);
     let cases: [(&[&str], &str); 6] = [
         (&["volume", "clone", "v1@s1", "c1"], "not protected"),
         (
@@ -114,10 +114,10 @@ fn a_clone_reads_its_snapshot_until_written_and_keeps_its_data_after_flatten() {
     for (args, want) in cases {
         let line = one_line_error(&dir, args);
         assert!(line.contains(want), "pontoon {args:?}: {line}");
-        assert_eq!(ok(&dir, &["volume", "ls", "--json"]), volumes, "{args:?}");
+        assert_eq!(volume_records(&dir), volumes, "{args:?}");
     }
     ok(&dir, &["snap", "protect", "v1@s1"]);
-    let volumes = ok(&dir, &["volume", "ls", "--json"]);
+    let volumes = volume_records(&dir);
     let cases: [(&[&str], &str); 2] = [
         (
             &["volume", "clone", "v1@s1", "c1", "--pool", "nosuch"],
@@ -128,7 +128,7 @@ fn a_clone_reads_its_snapshot_until_written_and_keeps_its_data_after_flatten() {
     for (args, want) in cases {
         let line = one_line_error(&dir, args);
         assert!(line.contains(want), "pontoon {args:?}: {line}");
-        assert_eq!(ok(&dir, &["volume", "ls", "--json"]), volumes, "{args:?}");
+        assert_eq!(volume_records(&dir), volumes, "{args:?}");
     }
 
     // The clone: the snapshot's size, in pool q, naming its parent.
@@ -198,7 +198,7 @@ fn a_clone_reads_its_snapshot_until_written_and_keeps_its_data_after_flatten() {
     assert_holds(&dir, port, "v1@s1", &a);
 
     // What clones use cannot go: one line naming the clone, no change.
-    let volumes = ok(&dir, &["volume", "ls", "--json"]);
+    let volumes = volume_records(&dir);
     let snaps = ok(&dir, &["snap", "ls", "v1", "--json"]);
     let cases: [(&[&str], &str); 4] = [
         (&["snap", "unprotect", "v1@s1"], "clone(s): c1"),
@@ -212,7 +212,7 @@ fn a_clone_reads_its_snapshot_until_written_and_keeps_its_data_after_flatten() {
     for (args, want) in cases {
         let line = one_line_error(&dir, args);
         assert!(line.contains(want), "pontoon {args:?}: {line}");
-        assert_eq!(ok(&dir, &["volume", "ls", "--json"]), volumes, "{args:?}");
+        assert_eq!(volume_records(&dir), volumes, "{args:?}");
         assert_eq!(ok(&dir, &["snap", "ls", "v1", "--json"]), snaps, "{args:?}");
     }
 

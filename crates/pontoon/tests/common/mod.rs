@@ -428,3 +428,16 @@ pub fn must(cmd: &mut Command) -> String {
     );
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
+
+/// `volume ls --json` without `used_bytes`, which moves on its own as
+/// the OSDs report their space: what a refused command must not change.
+pub fn volume_records(dir: &Path) -> serde_json::Value {
+    let mut v: serde_json::Value =
+        serde_json::from_str(&ok(dir, &["volume", "ls", "--json"])).expect("volume ls json");
+    for rec in v.as_array_mut().expect("an array") {
+        if let Some(o) = rec.as_object_mut() {
+            o.remove("used_bytes");
+        }
+    }
+    v
+}
