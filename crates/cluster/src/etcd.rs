@@ -1156,11 +1156,7 @@ impl MapStore {
                     if rec.host == host && rec.addrs == addrs && rec.device_bytes == device_bytes {
                         let osd = rec.id;
                         id = Some(osd);
-                        if m.auth.contains_key(&crate::auth::EntityName::osd(osd.0)) {
-                            return Ok(false);
-                        }
-                        ensure_osd_key(m, osd);
-                        return Ok(true);
+                        return Ok(ensure_osd_key(m, osd));
                     }
                     // The weight follows the device's size unless an
                     // operator set it to something else.
@@ -1528,11 +1524,11 @@ fn member_args(
 /// (as `ceph osd new` makes the OSD's cephx key): an OSD added to a
 /// cluster in a protected `ms_mode` can then reach its peers, and a
 /// cluster can switch to one later. Registration already needs write
-/// access to the map, which holds every key.
-fn ensure_osd_key(m: &mut crate::ClusterMap, osd: OsdId) {
+/// access to the map, which holds every key. True if it added one.
+fn ensure_osd_key(m: &mut crate::ClusterMap, osd: OsdId) -> bool {
     let entity = crate::auth::EntityName::osd(osd.0);
     if m.auth.contains_key(&entity) {
-        return;
+        return false;
     }
     let added = crate::auth::add(
         &mut m.auth,
@@ -1541,7 +1537,8 @@ fn ensure_osd_key(m: &mut crate::ClusterMap, osd: OsdId) {
         crate::auth::AuthKey::generate(),
         crate::auth::now_unix(),
     );
-    if let Err(e) = added {
+    if let Err(e) = &added {
         tracing::warn!(%osd, "no key made for {entity}: {e}");
     }
+    added.is_ok()
 }

@@ -644,6 +644,7 @@ async fn compare(map: &ClusterMap, volume: &str, objects: Option<u64>) -> Result
     let size = map.pools.get(&v.pool).map_or(0, |p| p.size as usize);
     let mut problems = Vec::new();
     let mut conns: BTreeMap<std::net::SocketAddr, Rc<RpcConn>> = BTreeMap::new();
+    let auth = inspector_auth(map).map_err(|e| vec![e])?;
     let count = objects.map_or(v.object_count(), |n| n.min(v.object_count()));
     for index in 0..count {
         let oid = ObjectId::new(v.id.0, index);
@@ -664,7 +665,7 @@ async fn compare(map: &ClusterMap, volume: &str, objects: Option<u64>) -> Result
         }
         let mut copies: Vec<Copy> = Vec::new();
         for osd in &rec.acting {
-            match pull(map, &mut conns, *osd, pg, rec.interval, oid).await {
+            match pull(map, auth.as_ref(), &mut conns, *osd, pg, rec.interval, oid).await {
                 Ok(c) => copies.push(c),
                 Err(e) => problems.push(format!("{oid} on {osd}: {e}")),
             }
@@ -731,6 +732,7 @@ fn inspector_auth(map: &ClusterMap) -> Result<Option<ClientAuth>, String> {
 
 async fn pull(
     map: &ClusterMap,
+    auth: Option<&ClientAuth>,
     conns: &mut BTreeMap<std::net::SocketAddr, Rc<RpcConn>>,
     osd: OsdId,
     pg: PgId,
@@ -743,10 +745,10 @@ async fn pull(
     let conn = match conns.get(&addr) {
         Some(c) => c.clone(),
         None => {
-            let c = match inspector_auth(map)? {
+            let c = match auth {
                 None => RpcConn::connect(addr, Role::Osd(INSPECTOR), Duration::from_secs(5)).await,
                 Some(auth) => {
-                    RpcConn::connect_auth(addr, &auth, Duration::from_secs(5), Limits::default())
+                    RpcConn::connect_auth(addr, auth, Duration::from_secs(5), Limits::default())
                         .await
                 }
             }
