@@ -945,7 +945,9 @@ impl MapStore {
     /// Exports `volume` as a namespace of subsystem `nqn`, with namespace id
     /// `nsid` or else the lowest free one, and a fresh random UUID; returns
     /// the namespace id. A volume is in at most one namespace of a
-    /// subsystem (it may be in several subsystems).
+    /// subsystem (it may be in several subsystems). `VOLUME@SNAPSHOT`
+    /// exports that snapshot, read-only (the gateway reports the namespace
+    /// write-protected).
     pub async fn nvmf_add_namespace(
         &self,
         nqn: &str,
@@ -961,9 +963,16 @@ impl MapStore {
         }
         let uuid = format_uuid(&random_uuid()?);
         let mut chosen = None;
+        let (kind, vol) = match volume.contains('@') {
+            true => ("snapshot", crate::parse_snap_spec(volume)?.0),
+            false => ("volume", volume),
+        };
         self.update::<_, ClusterError>(|m| {
-            if m.volume_by_name(volume).is_none() {
-                return Err(not_found("volume", volume));
+            if m.volume_by_name(vol).is_none() {
+                return Err(not_found("volume", vol));
+            }
+            if m.image_size(volume).is_none() {
+                return Err(not_found(kind, volume));
             }
             let sub = m
                 .nvmf

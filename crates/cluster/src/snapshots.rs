@@ -60,6 +60,20 @@ impl VolumeRecord {
     }
 }
 
+impl crate::ClusterMap {
+    /// The size in bytes of what `name` opens: a volume, or with
+    /// `VOLUME@SNAPSHOT` that snapshot; `None` if either does not exist.
+    pub fn image_size(&self, name: &str) -> Option<u64> {
+        match name.split_once('@') {
+            Some((volume, snap)) => self
+                .volume_by_name(volume)?
+                .snapshot_by_name(snap)
+                .map(|s| s.size_bytes),
+            None => self.volume_by_name(name).map(|v| v.size_bytes),
+        }
+    }
+}
+
 /// Splits `VOLUME@SNAPSHOT` into its two names, checking both. Exactly one
 /// `@`; either name may not be empty.
 pub fn parse_snap_spec(spec: &str) -> Result<(&str, &str), ClusterError> {
@@ -195,7 +209,8 @@ impl MapStore {
     }
 
     /// Removes snapshot `snap` of `volume` from the map (its blocks stay in
-    /// the stores until trimmed). Refused while it is protected.
+    /// the stores until trimmed). Refused while it is protected, has
+    /// clones, or is exported as an NVMe-oF namespace.
     pub async fn remove_snapshot(
         &self,
         volume: &str,
@@ -216,6 +231,16 @@ impl MapStore {
                     kind: "snapshot",
                     name: format!("{volume}@{snap}"),
                     reason,
+                });
+            }
+            let spec = format!("{volume}@{snap}");
+            if let Some((nqn, nsid)) = m.nvmf_exports_of(&spec).first() {
+                return Err(ClusterError::InUse {
+                    kind: "snapshot",
+                    name: spec,
+                    reason: format!(
+                        "it is exported as namespace {nsid} of NVMe-oF subsystem {nqn}"
+                    ),
                 });
             }
             let v = find_volume(m, volume)?;

@@ -201,7 +201,7 @@ impl<C: VolumeCatalog> AdminQueue<C> {
                     return self.data_out(sqe, vec![0; identify::IDENTIFY_LEN]);
                 };
                 match self.w.catalog.open(&ns.volume).await {
-                    Ok(Some(v)) => identify::namespace(ns, v.size() >> LBA_SHIFT),
+                    Ok(Some(v)) => identify::namespace(ns, v.size() >> LBA_SHIFT, v.read_only()),
                     Ok(None) => {
                         warn!(volume = %ns.volume, "namespace's volume does not exist");
                         vec![0; identify::IDENTIFY_LEN]

@@ -116,7 +116,7 @@ pub(crate) fn controller(c: &Controller, info: &ControllerInfo<'_>) -> Vec<u8> {
 }
 
 /// Identify Namespace (CNS 00h) of a namespace `blocks` LBAs long.
-pub(crate) fn namespace(ns: &NamespaceConfig, blocks: u64) -> Vec<u8> {
+pub(crate) fn namespace(ns: &NamespaceConfig, blocks: u64, read_only: bool) -> Vec<u8> {
     let mut d = vec![0u8; IDENTIFY_LEN];
     put64(&mut d, 0, blocks); // NSZE
     put64(&mut d, 8, blocks); // NCAP
@@ -126,6 +126,9 @@ pub(crate) fn namespace(ns: &NamespaceConfig, blocks: u64) -> Vec<u8> {
     d[30] = 1; // NMIC: may be shared by several controllers
     // DLFEAT: deallocated blocks read as zeros; Write Zeroes may deallocate.
     d[33] = 0b001 | (1 << 3);
+    // NSATTR bit 0: write protected (a snapshot); hosts mark the disk
+    // read-only and writes fail with Namespace Is Write Protected.
+    d[99] = u8::from(read_only);
     d[104..120].copy_from_slice(&ns.uuid); // NGUID
     put32(&mut d, 128, LBA_SHIFT << 16); // LBAF0: MS 0, LBADS 12, RP 0
     d
@@ -173,8 +176,10 @@ mod tests {
             volume: "v".into(),
             uuid: [7; 16],
         };
-        let d = namespace(&ns, 1000);
+        let d = namespace(&ns, 1000, false);
         assert_eq!(u64::from_le_bytes(d[0..8].try_into().unwrap()), 1000);
+        assert_eq!(d[99], 0);
+        assert_eq!(namespace(&ns, 1000, true)[99], 1, "NSATTR write protected");
         assert_eq!(d[128 + 2], 12);
         let l = active_list([1, 3, 9].into_iter(), 1);
         assert_eq!(&l[..12], &[3, 0, 0, 0, 9, 0, 0, 0, 0, 0, 0, 0]);

@@ -1432,6 +1432,8 @@ pub struct IdentifyNamespace {
     pub flbas: u8,
     /// Deallocate logical block features (33).
     pub dlfeat: u8,
+    /// Namespace attributes (99); bit 0: write protected.
+    pub nsattr: u8,
     /// NGUID (104-119).
     pub nguid: [u8; 16],
     /// EUI64 (120-127).
@@ -1463,6 +1465,7 @@ impl IdentifyNamespace {
             nlbaf,
             flbas: b[26],
             dlfeat: b[33],
+            nsattr: b[99],
             nguid,
             eui64,
             lbaf,

@@ -110,11 +110,12 @@ enum SubsystemCmd {
 
 #[derive(Subcommand, Debug)]
 enum NsCmd {
-    /// Export a volume as a namespace of a subsystem; prints the namespace id.
+    /// Export a volume (or, as `VOLUME@SNAPSHOT`, a snapshot, read-only)
+    /// as a namespace of a subsystem; prints the namespace id.
     Add {
         /// The subsystem's NQN.
         nqn: String,
-        /// The volume's name.
+        /// The volume's name, or `VOLUME@SNAPSHOT`.
         volume: String,
         /// Namespace id (default: the lowest free one).
         #[arg(long, value_name = "N")]
@@ -352,7 +353,7 @@ fn namespaces_view(map: &ClusterMap, s: &NvmfSubsystemRecord) -> Vec<NamespaceVi
             uuid: ns
                 .uuid_bytes()
                 .map_or_else(|| ns.uuid.clone(), |b| format_uuid(&b)),
-            size_bytes: map.volume_by_name(&ns.volume).map(|v| v.size_bytes),
+            size_bytes: map.image_size(&ns.volume),
         })
         .collect()
 }

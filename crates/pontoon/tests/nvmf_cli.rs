@@ -378,14 +378,51 @@ fn through_the_initiator(dir: &Path, addr: SocketAddr) {
     let _ = c.shutdown();
 }
 
+/// The guest's part of the kernel test: the harness's own I/O test on
+/// namespace 1 (discovery, two I/O queues, O_DIRECT and buffered
+/// write/verify, with and without digests), then namespace 2, a snapshot:
+/// the kernel must see it read-only, read exactly the snapshot's bytes and
+/// fail a write. Results are `SNAPTEST ...` lines the host judges.
+const KERNEL_GUEST: &str = r#"#!/bin/sh
+. /test/lib.sh
+nvme_discovery 10.0.2.2 "$PORT" "$HOSTNQN" ",nr_io_queues=2"
+NSID=1 nvme_io_test 10.0.2.2 "$PORT" "$NQN" "$HOSTNQN" 16 ",nr_io_queues=2"
+NSID=1 nvme_io_test 10.0.2.2 "$PORT" "$NQN" "$HOSTNQN" 16 ",hdr_digest,data_digest,nr_io_queues=2"
+step "namespace 2: a snapshot"
+nvme_connect "nqn=$NQN,transport=tcp,traddr=10.0.2.2,trsvcid=$PORT,hostnqn=$HOSTNQN,hostid=$(nvme_hostid "$HOSTNQN"),nr_io_queues=1"
+nvme_find_ns 2
+b=/sys/block/${NVME_BDEV#/dev/}
+log "SNAPTEST ro=$(cat $b/ro) size512=$(cat $b/size)"
+sha=$(dd if="$NVME_BDEV" bs=1M count="$SNAP_MB" iflag=direct 2>/dev/null | sha256sum | cut -d' ' -f1)
+log "SNAPTEST sha=$sha"
+dd if=/dev/zero of="$NVME_BDEV" bs=4k count=1 oflag=direct conv=notrunc 2>/tmp/dd.err
+log "SNAPTEST write rc=$? err=$(grep -v 'records' /tmp/dd.err | tr '\n' ' ')"
+nvme_delete
+exit 0
+"#;
+
+/// The value of `key=` on the guest's `SNAPTEST` lines.
+fn snaptest(out: &str, key: &str) -> Option<String> {
+    let pat = format!("{key}=");
+    out.lines()
+        .filter(|l| l.contains("SNAPTEST"))
+        .flat_map(|l| l.split_whitespace())
+        .find_map(|w| w.strip_prefix(pat.as_str()).map(str::to_string))
+}
+
 /// The Linux kernel's NVMe/TCP initiator (in the vm-initiator guest)
 /// against the gateway of a real 3-OSD cluster with a size-3 pool:
 /// discovery, two I/O queues, O_DIRECT and buffered write/verify, with and
-/// without header and data digests.
+/// without header and data digests; and a snapshot exported as a second,
+/// read-only namespace (`nvmf ns add NQN VOLUME@SNAPSHOT`): Identify says
+/// write-protected, the kernel marks the disk read-only and reads the
+/// snapshot's data, writes fail (Namespace Is Write Protected through our
+/// initiator), and the volume's later writes do not reach it.
 #[test]
 fn the_linux_kernel_initiator_works_through_the_cluster_gateway() {
     /// The host NQN the harness presents by default.
     const VM_HOST: &str = "nqn.2014-08.org.nvmexpress:uuid:0f0e0d0c-0b0a-0908-0706-050403020100";
+    const SNAP_MB: usize = 4;
     let (_tmp, dir) = tempdir("pontoon-nvmf-kernel-");
     let dir = dir.as_path();
     let addr = SocketAddr::from(([127, 0, 0, 1], free_port()));
@@ -412,18 +449,93 @@ fn the_linux_kernel_initiator_works_through_the_cluster_gateway() {
     ok(dir, &["nvmf", "ns", "add", NQN, "disk"]);
     ok(dir, &["nvmf", "host", "allow", NQN, VM_HOST]);
     // The gateway has the subsystem once our own initiator can connect.
-    eventually("the gateway to serve the subsystem", || {
-        Controller::connect(addr, NQN, VM_HOST, 0, 2, Default::default()).ok()
+    let mut c = eventually("the gateway to serve the subsystem", || {
+        Controller::connect(addr, NQN, VM_HOST, 1, 32, Default::default()).ok()
     });
+
+    // Pattern A on the volume's first MiBs, a snapshot of it, pattern B.
+    let a: Vec<u8> = (0..SNAP_MB << 20)
+        .map(|i| (i / 4096 * 7 + i) as u8)
+        .collect();
+    let b: Vec<u8> = a.iter().map(|x| !x).collect();
+    for (i, chunk) in a.chunks(64 << 10).enumerate() {
+        c.io(0)
+            .write(1, (i * 16) as u64, chunk, false)
+            .expect("write A");
+    }
+    c.io(0).flush(1).expect("flush");
+    ok(dir, &["snap", "create", "disk@s1"]);
+    for (i, chunk) in b.chunks(64 << 10).enumerate() {
+        c.io(0)
+            .write(1, (i * 16) as u64, chunk, false)
+            .expect("write B");
+    }
+    fails_with(
+        dir,
+        &["nvmf", "ns", "add", NQN, "disk@nosuch"],
+        &["snapshot", "disk@nosuch"],
+    );
+    fails_with(dir, &["nvmf", "ns", "add", NQN, "nosuch@s1"], &["nosuch"]);
+    assert_eq!(ok(dir, &["nvmf", "ns", "add", NQN, "disk@s1"]), "2\n");
+    let ns = json(dir, &["nvmf", "ns", "ls", NQN, "--json"]);
+    assert_eq!(ns[1]["volume"], "disk@s1", "{ns}");
+    assert_eq!(ns[1]["size_bytes"], 64 << 20, "{ns}");
+    fails_with(
+        dir,
+        &["snap", "rm", "disk@s1"],
+        &["disk@s1", "namespace 2", NQN],
+    );
+
+    let read_all = |c: &mut Controller, nsid: u32| -> Vec<u8> {
+        let mut got = Vec::new();
+        for i in 0..(SNAP_MB * 16) as u64 {
+            got.extend(c.io(0).read(nsid, i * 16, 16).expect("read"));
+        }
+        got
+    };
+    let mut c2 = eventually("namespace 2 to be served", || {
+        let mut c2 = Controller::connect(addr, NQN, VM_HOST, 1, 32, Default::default()).ok()?;
+        let ids = c2.active_namespaces().ok()?;
+        (ids == vec![1, 2]).then_some(c2)
+    });
+    let id = c2.identify_namespace(2).expect("identify namespace 2");
+    assert_eq!(
+        id.nsattr & 1,
+        1,
+        "a snapshot's namespace is write-protected: {id:?}"
+    );
+    assert_eq!(c2.identify_namespace(1).expect("identify 1").nsattr & 1, 0);
+    assert!(
+        read_all(&mut c2, 2) == a,
+        "namespace 2 reads the snapshot (pattern A)"
+    );
+    assert!(
+        read_all(&mut c2, 1) == b,
+        "namespace 1 reads the volume (pattern B)"
+    );
+    let err = c2
+        .io(0)
+        .write(2, 0, &b[..4096], false)
+        .expect_err("a write to a snapshot's namespace must fail");
+    let status = err.status().expect("refused with an NVMe status");
+    assert_eq!(
+        (status.sct, status.sc),
+        (0, 0x20),
+        "Namespace Is Write Protected: {err}"
+    );
+    let _ = c2.shutdown();
+    let _ = c.shutdown();
+
+    let script_dir = tempfile::tempdir().expect("tempdir for the guest script");
+    let script = script_dir.path().join("nvmf-kernel.sh");
+    std::fs::write(&script, KERNEL_GUEST).expect("write the guest script");
     let r = pontoon_testtools::run_vm(
-        "tests/nvme-tcp.sh",
+        &script.to_string_lossy(),
         &[
             format!("PORT={}", addr.port()),
             format!("NQN={NQN}"),
             format!("HOSTNQN={VM_HOST}"),
-            "DIGESTS=1".into(),
-            "SIZE_MB=16".into(),
-            "EXTRA=,nr_io_queues=2".into(),
+            format!("SNAP_MB={SNAP_MB}"),
         ],
         Duration::from_secs(300),
     );
@@ -432,5 +544,37 @@ fn the_linux_kernel_initiator_works_through_the_cluster_gateway() {
         "the kernel's nvme-tcp initiator failed against the cluster gateway:\n{}",
         r.report()
     );
+    let want = {
+        let f = script_dir.path().join("a.bin");
+        std::fs::write(&f, &a).expect("write pattern A");
+        pontoon_testtools::sha256(&f)
+    };
+    assert_eq!(
+        snaptest(&r.stdout, "ro").as_deref(),
+        Some("1"),
+        "the kernel sees the snapshot read-only:\n{}",
+        r.report()
+    );
+    assert_eq!(
+        snaptest(&r.stdout, "sha"),
+        Some(want),
+        "the kernel reads the snapshot's bytes:\n{}",
+        r.report()
+    );
+    let rc = snaptest(&r.stdout, "rc").expect("the guest's write result");
+    assert_ne!(
+        rc,
+        "0",
+        "a write to the read-only disk must fail:\n{}",
+        r.report()
+    );
+    // The kernel's writes went to the volume, never to the snapshot.
+    let mut c3 =
+        Controller::connect(addr, NQN, VM_HOST, 1, 32, Default::default()).expect("connect");
+    assert!(
+        read_all(&mut c3, 2) == a,
+        "the snapshot still reads pattern A"
+    );
+    let _ = c3.shutdown();
     assert!(up.stop().success());
 }
