@@ -113,19 +113,31 @@ pub(crate) fn push_extent(out: &mut Vec<Extent>, len: u64, allocated: bool) {
     }
 }
 
-/// `extents` (covering `offset..`) with everything before `overlap`
-/// reported allocated: the parent snapshot may hold data there (the OSDs
-/// answer allocation queries for heads only, so a snapshot's blocks are
-/// all reported as data, as `VOLUME@SNAPSHOT` does).
-pub(crate) fn with_parent_data(extents: Vec<Extent>, offset: u64, overlap: u64) -> Vec<Extent> {
-    let mut out: Vec<Extent> = Vec::with_capacity(extents.len() + 1);
-    let mut push = |len: u64, allocated: bool| push_extent(&mut out, len, allocated);
-    let mut pos = offset;
-    for e in extents {
-        let inside = overlap.saturating_sub(pos).min(e.len);
-        push(inside, true);
-        push(e.len - inside, e.allocated);
-        pos += e.len;
+/// The union of two allocation maps that start at the same offset: a
+/// block is allocated if either says so. `b` may cover less than `a` (a
+/// clone's overlap ends inside the range); the result covers `a`'s range.
+pub(crate) fn union_extents(a: &[Extent], b: &[Extent]) -> Vec<Extent> {
+    let spans = |x: &[Extent]| {
+        let mut pos = 0;
+        x.iter()
+            .map(|e| {
+                pos += e.len;
+                (pos - e.len, pos, e.allocated)
+            })
+            .collect::<Vec<_>>()
+    };
+    let (sa, sb) = (spans(a), spans(b));
+    let mut cuts: Vec<u64> = sa.iter().chain(&sb).flat_map(|s| [s.0, s.1]).collect();
+    cuts.sort_unstable();
+    cuts.dedup();
+    let total = sa.last().map_or(0, |s| s.1);
+    let at = |spans: &[(u64, u64, bool)], p: u64| spans.iter().any(|s| s.0 <= p && p < s.1 && s.2);
+    let mut out = Vec::new();
+    for w in cuts.windows(2) {
+        let (s, e) = (w[0], w[1].min(total));
+        if s < e {
+            push_extent(&mut out, e - s, at(&sa, s) || at(&sb, s));
+        }
     }
     out
 }
@@ -342,16 +354,22 @@ mod tests {
     }
 
     #[test]
-    fn parent_data_counts_as_allocated_within_the_overlap_only() {
+    fn a_block_is_allocated_if_the_clone_or_its_parent_holds_it() {
         let e = |len, allocated| Extent { len, allocated };
-        let got = with_parent_data(vec![e(8192, false), e(8192, true), e(8192, false)], 0, 4096);
+        let clone = [e(8192, false), e(8192, true), e(8192, false)];
+        // The parent's map covers only the overlap's first 12 KiB.
+        let got = union_extents(&clone, &[e(4096, true), e(8192, false)]);
         assert_eq!(
             got,
             vec![e(4096, true), e(4096, false), e(8192, true), e(8192, false)]
         );
-        let got = with_parent_data(vec![e(8192, false)], 8192, 4096);
-        assert_eq!(got, vec![e(8192, false)]);
-        let got = with_parent_data(vec![e(8192, false)], 0, 1 << 20);
-        assert_eq!(got, vec![e(8192, true)]);
+        let got = union_extents(&clone, &[e(4096, false), e(12288, true)]);
+        assert_eq!(got, vec![e(4096, false), e(12288, true), e(8192, false)]);
+        assert_eq!(union_extents(&clone, &[]), clone.to_vec());
+        assert_eq!(
+            union_extents(&[e(8192, false)], &[e(8192, true)]),
+            vec![e(8192, true)]
+        );
+        assert_eq!(union_extents(&[], &[]), vec![]);
     }
 }

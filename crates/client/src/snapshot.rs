@@ -10,8 +10,6 @@
 
 use std::rc::Rc;
 
-use pontoon_volume::Extent;
-
 use crate::ClientError;
 use crate::object_io::Transport;
 use crate::volume::Volume;
@@ -83,21 +81,5 @@ impl Volume {
             return Err(ClientError::NotFound(self.name.clone()));
         }
         Ok(Some(s.id))
-    }
-
-    /// A snapshot's allocation: the OSDs answer allocation queries for
-    /// heads only, so a snapshot reports the whole range as data (true of
-    /// every block that may hold any). `None` for a volume.
-    pub(crate) fn snap_allocation(&self, len: u64) -> Result<Option<Vec<Extent>>, ClientError> {
-        if self.snap_id()?.is_none() {
-            return Ok(None);
-        }
-        if len == 0 {
-            return Ok(Some(Vec::new()));
-        }
-        Ok(Some(vec![Extent {
-            len,
-            allocated: true,
-        }]))
     }
 }

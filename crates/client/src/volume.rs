@@ -5,7 +5,7 @@ use std::rc::Rc;
 
 use futures::future::try_join_all;
 use pontoon_buf::AlignedBuf;
-use pontoon_proto::{DiscardReq, Message, ReadReq, WriteReq};
+use pontoon_proto::{DiffView, DiscardReq, Message, ReadReq, WriteReq};
 use pontoon_types::{BLOCK_SIZE_U64, ObjectId, VolumeId};
 use pontoon_volume::{BlockVolume, Extent, VolumeError, check_io};
 
@@ -237,20 +237,16 @@ impl Volume {
         Ok(())
     }
 
-    /// Allocated and unallocated extents covering `offset..offset+len`.
+    /// Allocated and unallocated extents covering `offset..offset+len`: of
+    /// the head, or of the snapshot this handle reads; a clone adds what
+    /// its parent snapshot holds inside the overlap (those blocks read the
+    /// parent's data).
     pub async fn allocation_at(&self, offset: u64, len: u64) -> Result<Vec<Extent>, ClientError> {
         self.check(offset, len)?;
-        if let Some(whole) = self.snap_allocation(len)? {
-            return Ok(whole);
-        }
         let layer = self.parent_layer()?;
         let pieces = self.pieces(offset, len);
         let maps = try_join_all(pieces.iter().map(|p| async move {
-            let (r, _) = self
-                .transport
-                .call(p.oid, |t, _| Message::Allocation(t), None)
-                .await?;
-            Ok::<_, ClientError>((p, r.ranges))
+            Ok::<_, ClientError>((p, self.allocated_ranges(p.oid.index).await?))
         }))
         .await?;
         let mut out: Vec<Extent> = Vec::new();
@@ -271,9 +267,38 @@ impl Volume {
             push(end - pos, false);
         }
         if let Some(l) = layer {
-            return Ok(crate::clone::with_parent_data(out, offset, l.overlap));
+            let end = (offset + len).min(l.overlap);
+            if offset < end {
+                // Boxed: the parent is a snapshot, never itself a clone,
+                // but the future's type would otherwise contain itself.
+                let parent = Box::pin(l.parent.allocation_at(offset, end - offset)).await?;
+                return Ok(crate::clone::union_extents(&out, &parent));
+            }
         }
         Ok(out)
+    }
+
+    /// Allocated ranges of object `index` in this handle's view, as
+    /// `(offset within the object, len)`, ascending: the head's from an
+    /// allocation query, a snapshot's from a diff against nothing (both
+    /// answered from metadata, no data read).
+    async fn allocated_ranges(&self, index: u64) -> Result<Vec<(u64, u64)>, ClientError> {
+        if self.snap_id()?.is_none() {
+            let oid = ObjectId::new(self.id.0, index);
+            let (r, _) = self
+                .transport
+                .call(oid, |t, _| Message::Allocation(t), None)
+                .await?;
+            return Ok(r.ranges);
+        }
+        let base = index * self.object_size;
+        Ok(self
+            .diff_object(index, DiffView::Nothing)
+            .await?
+            .into_iter()
+            .filter(|e| e.data)
+            .map(|e| (e.offset - base, e.len))
+            .collect())
     }
 }
 

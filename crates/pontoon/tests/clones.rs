@@ -153,11 +153,28 @@ fn a_clone_reads_its_snapshot_until_written_and_keeps_its_data_after_flatten() {
     assert!(row("v1").get("parent").is_none(), "{ls}");
     assert!(ok(&dir, &["volume", "info", "c1"]).contains("parent      v1@s1"));
 
-    // Unwritten, the clone reads A; block status says every block of the
-    // overlap may hold data.
+    // Unwritten, the clone reads A; block status reports where A is (the
+    // parent snapshot's blocks) and holes elsewhere, as the snapshot's own
+    // export does.
     wait_export(port, "c1");
+    wait_export(port, "v1@s1");
     assert_holds(&dir, port, "c1", &a);
-    assert_eq!(all_data(&map(port, "c1"), 0, SIZE as u64), Some(true));
+    let mib = MIB as u64;
+    for export in ["c1", "v1@s1"] {
+        let m = map(port, export);
+        assert_eq!(all_data(&m, 0, 9 * mib), Some(true), "{export}: {m:?}");
+        assert_eq!(
+            all_data(&m, 9 * mib, 11 * mib),
+            Some(false),
+            "{export}: {m:?}"
+        );
+        assert_eq!(all_data(&m, 20 * mib, 4096), Some(true), "{export}: {m:?}");
+        assert_eq!(
+            all_data(&m, 20 * mib + 4096, 44 * mib - 4096),
+            Some(false),
+            "{export}: {m:?}"
+        );
+    }
 
     // B over single blocks and a range of object 0, all of object 1, and
     // where A never was; the clone reads B there and A elsewhere.
@@ -178,6 +195,11 @@ fn a_clone_reads_its_snapshot_until_written_and_keeps_its_data_after_flatten() {
     fill(&mut c, 4 * MIB, 4 * MIB, 0xb2);
     fill(&mut c, 40 * MIB, MIB, 0xb2);
     assert_holds(&dir, port, "c1", &c);
+    // The clone's own blocks join its parent's in block status.
+    let m = map(port, "c1");
+    assert_eq!(all_data(&m, 40 * mib, mib), Some(true), "{m:?}");
+    assert_eq!(all_data(&m, 41 * mib, 23 * mib), Some(false), "{m:?}");
+    assert_eq!(all_data(&m, 0, 9 * mib), Some(true), "{m:?}");
     // The parent volume and its snapshot are unchanged.
     assert_holds(&dir, port, "v1", &a);
     wait_export(port, "v1@s1");
