@@ -30,7 +30,7 @@ P=$PWD/target/release/pontoon
 mkdir -p "$dir"
 out="$dir/results"; mkdir -p "$out"
 up_pid=""
-cleanup() { [ -n "$up_pid" ] && kill -TERM "$up_pid" 2>/dev/null && wait "$up_pid" 2>/dev/null; true; }
+cleanup() { [ -n "$up_pid" ] && kill -TERM "$up_pid" 2>/dev/null && wait "$up_pid" 2>/dev/null; drop_osd_images "$dir"; true; }
 trap cleanup EXIT
 
 echo "== raw fio on $(df --output=target "$dir" | tail -1) (2 GiB file, 4k, io_uring, direct=1)"

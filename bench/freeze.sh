@@ -36,6 +36,7 @@ up_pid=""; frozen=""
 cleanup() {
   [ -n "$frozen" ] && kill -CONT "$frozen" 2>/dev/null
   [ -n "$up_pid" ] && kill -TERM "$up_pid" 2>/dev/null && wait "$up_pid" 2>/dev/null
+  drop_osd_images "$dir"
   true
 }
 trap cleanup EXIT

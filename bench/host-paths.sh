@@ -42,7 +42,7 @@ mkdir -p "$dir"
 dir=$(cd "$dir" && pwd)
 out="$dir/results"; mkdir -p "$out"
 up_pid=""
-cleanup() { [ -n "$up_pid" ] && kill -TERM "$up_pid" 2>/dev/null && wait "$up_pid" 2>/dev/null; true; }
+cleanup() { [ -n "$up_pid" ] && kill -TERM "$up_pid" 2>/dev/null && wait "$up_pid" 2>/dev/null; drop_osd_images "$dir"; true; }
 trap cleanup EXIT
 
 # name rw qd pool

@@ -40,6 +40,7 @@ up_pid=""; gw_pid=""
 cleanup() {
   [ -n "$gw_pid" ] && kill -TERM "$gw_pid" 2>/dev/null && wait "$gw_pid" 2>/dev/null
   [ -n "$up_pid" ] && kill -TERM "$up_pid" 2>/dev/null && wait "$up_pid" 2>/dev/null
+  drop_osd_images "$dir"
   true
 }
 trap cleanup EXIT

@@ -19,3 +19,12 @@ nvmf_export() {
   "$p" nvmf ns add "nqn.2026-11.io.pontoon:$v" "$v" --nsid 1 "$@" >/dev/null
   "$p" nvmf host allow "nqn.2026-11.io.pontoon:$v" "$host" "$@"
 }
+
+# Deletes the OSD device files of every cluster under DIR, the bulk of a
+# run's disk use (logs and results stay for a post-mortem); called on
+# every exit, so an interrupted run does not leave gigabytes behind.
+# PONTOON_BENCH_KEEP=1 keeps them.
+drop_osd_images() {
+  [ -n "${PONTOON_BENCH_KEEP:-}" ] || find "$1" -name 'osd.*.img' -type f -delete 2>/dev/null
+  true
+}

@@ -32,6 +32,7 @@ pids=(); scraper=""
 cleanup() {
   [ -n "$scraper" ] && kill "$scraper" 2>/dev/null
   for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null && wait "$p" 2>/dev/null; done
+  drop_osd_images "$dir"
   true
 }
 trap cleanup EXIT

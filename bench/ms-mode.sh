@@ -33,7 +33,7 @@ P=$PWD/target/$profile/pontoon
 mkdir -p "$dir"
 out="$dir/results"; mkdir -p "$out"
 up_pid=""
-cleanup() { [ -n "$up_pid" ] && kill -TERM "$up_pid" 2>/dev/null && wait "$up_pid" 2>/dev/null; true; }
+cleanup() { [ -n "$up_pid" ] && kill -TERM "$up_pid" 2>/dev/null && wait "$up_pid" 2>/dev/null; drop_osd_images "$dir"; true; }
 trap cleanup EXIT
 
 echo "== pontoon up: 3 OSDs of 2 GiB, 1 shard each"

@@ -26,6 +26,7 @@ mkdir -p "$dir"
 up_pid=""
 cleanup() {
   [ -n "$up_pid" ] && kill -TERM "$up_pid" 2>/dev/null && wait "$up_pid" 2>/dev/null
+  drop_osd_images "$dir"
   true
 }
 trap cleanup EXIT

@@ -299,7 +299,8 @@ impl Volume {
     }
 
     /// Fills object `index`'s holes inside the overlap with the parent's
-    /// non-zero blocks; returns the bytes written.
+    /// non-zero blocks, reading only what the parent holds there; returns
+    /// the bytes written.
     async fn flatten_object(&self, l: &Layer, index: u64) -> Result<u64, ClientError> {
         let base = index * self.object_size;
         let end = self.object_len(index).min(l.overlap.saturating_sub(base));
@@ -308,7 +309,18 @@ impl Volume {
             .transport
             .call(oid, |t, _| Message::Allocation(t), None)
             .await?;
-        let gaps = holes(&r.ranges, 0, end);
+        // Only where the clone has a hole and the parent holds data: the
+        // parent's unallocated blocks read zeros, detached or not.
+        let parent = l.parent.allocated_ranges(index).await?;
+        let gaps: Vec<(u64, u64)> = holes(&r.ranges, 0, end)
+            .into_iter()
+            .flat_map(|(s, e)| {
+                parent.iter().filter_map(move |&(o, n)| {
+                    let (a, b) = (o.max(s), (o + n).min(e));
+                    (a < b).then_some((a, b))
+                })
+            })
+            .collect();
         let (Some(&(first, _)), Some(&(_, last))) = (gaps.first(), gaps.last()) else {
             return Ok(0);
         };

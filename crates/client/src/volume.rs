@@ -282,7 +282,10 @@ impl Volume {
     /// `(offset within the object, len)`, ascending: the head's from an
     /// allocation query, a snapshot's from a diff against nothing (both
     /// answered from metadata, no data read).
-    async fn allocated_ranges(&self, index: u64) -> Result<Vec<(u64, u64)>, ClientError> {
+    pub(crate) async fn allocated_ranges(
+        &self,
+        index: u64,
+    ) -> Result<Vec<(u64, u64)>, ClientError> {
         if self.snap_id()?.is_none() {
             let oid = ObjectId::new(self.id.0, index);
             let (r, _) = self
