@@ -119,15 +119,20 @@ impl FeedRef {
 }
 
 /// The process's feed for cluster `name` at `endpoints` (reached with
-/// `auth`) whose clients are `me` to the OSDs, connecting it (and waiting
-/// for the first map) if there is none yet.
+/// `auth`) whose clients are `me` to the OSDs (an identity, following its
+/// keyring file), connecting it (and waiting for the first map) if there
+/// is none yet.
 pub(crate) fn acquire(
     endpoints: &[String],
     name: &str,
     auth: &EtcdAuth,
-    me: Option<pontoon_client::ClientIdentity>,
+    me: Option<(
+        pontoon_client::ClientIdentity,
+        pontoon_cluster::auth::EntityName,
+        std::path::PathBuf,
+    )>,
 ) -> Result<FeedRef, Fail> {
-    let entity = me.as_ref().map(|m| m.entity.clone());
+    let entity = me.as_ref().map(|m| m.0.entity.clone());
     watch_forks();
     let generation = FORK_GENERATION.load(Ordering::Relaxed);
     let find = |list: &mut Vec<Entry>| -> Option<FeedRef> {
@@ -146,8 +151,12 @@ pub(crate) fn acquire(
     }
     // Connect without the lock: it may take seconds.
     let feed = MapFeed::connect_with(endpoints, name, auth)?;
-    if let Some(me) = me {
+    if let Some((me, entity, path)) = me {
         feed.set_identity(me);
+        // A rotation (`pontoon auth rotate ENTITY -o FILE`) reaches this
+        // process's new connections without a restart.
+        pontoon_client::follow_keyring(&feed, entity, path)
+            .map_err(|e| Fail::new(libc::EAGAIN, format!("starting the keyring watcher: {e}")))?;
     }
     let mut list = feeds();
     if let Some(r) = find(&mut list) {

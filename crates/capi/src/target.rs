@@ -19,6 +19,7 @@ use std::path::{Path, PathBuf};
 
 use pontoon_client::locate::{self, Location};
 use pontoon_cluster::EtcdAuth;
+use pontoon_cluster::auth::EntityName;
 
 use crate::error::Fail;
 
@@ -43,13 +44,13 @@ fn split_identity(s: &str) -> Result<(String, Option<String>, Option<String>), F
     Ok((rest.join(";"), entity, keyring))
 }
 
-/// The identity the client proves to the OSDs (see the module docs):
-/// `None` when no keyring is given or found.
+/// The identity the client proves to the OSDs, its entity and the
+/// keyring file it came from (see the module docs): `None` when no keyring
+/// is given or found.
 pub(crate) fn identity(
     spec: Option<&str>,
     at: &Location,
-) -> Result<Option<pontoon_client::ClientIdentity>, Fail> {
-    use pontoon_cluster::auth::{EntityName, Keyring};
+) -> Result<Option<(pontoon_client::ClientIdentity, EntityName, PathBuf)>, Fail> {
     let (entity, keyring) = match spec {
         Some(s) if s.trim_start().starts_with("etcd=") => {
             let (_, e, k) = split_identity(s)?;
@@ -76,17 +77,9 @@ pub(crate) fn identity(
             _ => return Ok(None),
         },
     };
-    let ring = Keyring::load(&path).map_err(|e| Fail::new(libc::EACCES, e.to_string()))?;
-    let key = ring.get(&name).ok_or_else(|| {
-        Fail::new(
-            libc::EACCES,
-            format!("keyring {} has no [{name}] section", path.display()),
-        )
-    })?;
-    Ok(Some(pontoon_client::ClientIdentity {
-        entity: name.to_string(),
-        key: *key.key.as_bytes(),
-    }))
+    let me = pontoon_client::identity_from_keyring(&path, &name)
+        .map_err(|e| Fail::new(libc::EACCES, e.to_string()))?;
+    Ok(Some((me, name, path)))
 }
 
 /// Resolves `spec` (`None`: the environment) into endpoints and a name.
@@ -181,8 +174,9 @@ mod tests {
         .write(&ring)
         .unwrap();
         let spec = format!("etcd=http://a:1;entity=client.x;keyring={}", ring.display());
-        let me = identity(Some(&spec), &at).unwrap().unwrap();
+        let (me, entity, path) = identity(Some(&spec), &at).unwrap().unwrap();
         assert_eq!((me.entity.as_str(), me.key), ("client.x", *key.as_bytes()));
+        assert_eq!((entity.to_string(), path), ("client.x".to_string(), ring));
         let twice = format!("{spec};entity=client.y");
         assert_eq!(resolve(Some(&twice)).unwrap_err().errno, libc::EINVAL);
     }

@@ -226,56 +226,14 @@ pub fn client_identity(
     }))
 }
 
-/// How often a daemon looks whether its keyring file changed.
-const KEYRING_POLL: std::time::Duration = std::time::Duration::from_secs(1);
-
-/// Keeps `feed`'s identity in step with its keyring file: when the file
-/// changes (`pontoon auth rotate ENTITY -o FILE` wrote the new key), the
-/// new key is used for connections made from then on, so a rotation
-/// needs no restart. A thread polling the file's change time each second,
-/// ending with the feed; a file that fails to parse keeps the old key
-/// (and says so once).
+/// Keeps `feed`'s identity in step with its keyring file (see
+/// [`pontoon_client::follow_keyring`]).
 pub fn follow_keyring(
     feed: &std::sync::Arc<pontoon_client::MapFeed>,
     entity: EntityName,
     path: PathBuf,
 ) -> Result<()> {
-    let weak = std::sync::Arc::downgrade(feed);
-    let changed = |p: &Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
-    let mut seen = changed(&path);
-    std::thread::Builder::new()
-        .name("keyring-watch".into())
-        .spawn(move || {
-            let mut complained = false;
-            loop {
-                std::thread::sleep(KEYRING_POLL);
-                let Some(feed) = weak.upgrade() else { return };
-                let now = changed(&path);
-                if now == seen {
-                    continue;
-                }
-                match Keyring::load(&path).map(|r| r.get(&entity).map(|e| e.key.clone())) {
-                    Ok(Some(key)) => {
-                        seen = now;
-                        complained = false;
-                        if feed.identity().is_some_and(|id| id.key != *key.as_bytes()) {
-                            tracing::info!(%entity, keyring = %path.display(), "keyring changed: new connections use its key");
-                            feed.set_identity(pontoon_client::ClientIdentity {
-                                entity: entity.to_string(),
-                                key: *key.as_bytes(),
-                            });
-                        }
-                    }
-                    _ if !complained => {
-                        complained = true;
-                        tracing::warn!(%entity, keyring = %path.display(), "keyring changed but holds no usable key for the entity: keeping the old key");
-                    }
-                    _ => {}
-                }
-            }
-        })
-        .context("starting the keyring watcher")?;
-    Ok(())
+    pontoon_client::follow_keyring(feed, entity, path).context("starting the keyring watcher")
 }
 
 /// Finds the CLI's identity (see the module docs for the order); `None`

@@ -260,6 +260,70 @@ fn fio_runs_and_verifies_through_the_pontoon_engine() {
     }
     eprintln!("trim and zero check: {:?}", t0.elapsed());
 
+    // A key rotated under load: fio runs as client.fio (its keyring file
+    // named by PONTOON_NAME/PONTOON_KEYRING), the key is rotated into that
+    // file, then the old key is ended, which cuts fio's open connections.
+    // libpontoon follows the file, so it reconnects with the new key and no
+    // I/O fails (without following, the reconnect is refused).
+    let t0 = Instant::now();
+    let ring = dir.join("fio.keyring");
+    let ring_s = ring.to_str().expect("utf-8 path");
+    ok(
+        dir,
+        &[
+            "auth",
+            "add",
+            "client.fio",
+            "allow",
+            "rw",
+            "pool=size3",
+            "-o",
+            ring_s,
+        ],
+    );
+    let mut cmd = fio_engine(&engine, &cwd);
+    cmd.env("PONTOON_NAME", "client.fio")
+        .env("PONTOON_KEYRING", &ring)
+        .arg(format!("--pontoon_cluster={}", dir.display()))
+        .args([
+            "--name=rotate",
+            "--filename=v3",
+            "--rw=randwrite",
+            "--bs=4k",
+            "--iodepth=8",
+            "--size=16M",
+            "--time_based",
+            "--runtime=8s",
+            "--verify=crc32c",
+            "--do_verify=1",
+        ]);
+    let load = std::thread::spawn(move || run(&mut cmd, FIO_LIMIT));
+    std::thread::sleep(Duration::from_secs(2));
+    let before = std::fs::read_to_string(&ring).expect("fio's keyring");
+    ok(
+        dir,
+        &[
+            "auth",
+            "rotate",
+            "client.fio",
+            "--grace",
+            "1h",
+            "-o",
+            ring_s,
+        ],
+    );
+    assert_ne!(std::fs::read_to_string(&ring).expect("keyring"), before);
+    // The engine looks at its keyring once a second.
+    std::thread::sleep(Duration::from_secs(3));
+    ok(dir, &["auth", "rotate", "client.fio", "--finish"]);
+    let r = load.join().expect("fio thread");
+    assert!(
+        r.success(),
+        "fio failed across a rotation of its key\n{}",
+        r.report()
+    );
+    eprintln!("key rotation under load: {:?}", t0.elapsed());
+
     // No local file of a volume's name was made (fio's own verify state
     // files may be there).
     for v in vols {

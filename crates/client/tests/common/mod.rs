@@ -28,9 +28,9 @@ use std::rc::Rc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use pontoon_client::{ClientIdentity, MapFeed, Volume};
+use pontoon_client::{MapFeed, Volume};
 use pontoon_cluster::auth::EntityName;
-use pontoon_cluster::auth::keyring::{Keyring, local_keyring};
+use pontoon_cluster::auth::keyring::local_keyring;
 use pontoon_cluster::{ClusterMap, MapStore, OsdReport};
 pub use pontoon_testbed::{all_clean, etcd_bin, poll_map, pontoon_bin, tokio_rt};
 use pontoon_types::OsdId;
@@ -401,12 +401,8 @@ impl Cluster {
         let admin = EntityName::parse("client.admin").expect("entity name");
         let path = local_keyring(self.path(), &admin);
         if path.exists() {
-            let ring = Keyring::load(&path).expect("admin keyring");
-            let entry = ring.get(&admin).expect("client.admin in its keyring");
-            feed.set_identity(ClientIdentity {
-                entity: admin.to_string(),
-                key: *entry.key.as_bytes(),
-            });
+            let me = pontoon_client::identity_from_keyring(&path, &admin).expect("admin keyring");
+            feed.set_identity(me);
         }
         feed
     }
