@@ -1,0 +1,175 @@
+#!/usr/bin/env bash
+# What snapshots and clones cost (issue 18): one local 3-OSD cluster
+# (`pontoon up`), a size-3 pool, volumes of --size each written in full
+# before every snapshot. 4 KiB randwrite at QD32 through the client library
+# (`pontoon bench`) on a volume with 0, 1 and 10 snapshots (each taken after
+# a full overwrite) and on a clone of a protected snapshot (the volume with
+# no snapshots measured again at the end, to show the machine's drift);
+# 4 KiB randread at QD32 of the parent snapshot and of the clone, which has
+# written nothing yet, so every read falls through to the parent. IOPS, the
+# ratio to the no-snapshot row (to the parent for the clone's reads), the
+# OSDs' CPU µs per I/O, p99 and p99.9 latency.
+#
+# Then `snap create` under load: --snaps snapshots of a volume taken one
+# after another while a QD32 randwrite runs on it (--load-time); each
+# command's duration (p50, p99, max) and the load's longest I/O latency,
+# beside the same load without snapshots. The longest latency of any one
+# I/O bounds the longest pause the snapshots caused (no completion can be
+# missing for longer than the slowest I/O in flight took).
+#
+# Last, snap trim: every snapshot is removed and the OSDs' used bytes are
+# watched for --trim-wait; if they fall, the rate; if not, it says so.
+#
+# Usage: bench/snapshots.sh [--time 8s] [--size 256M] [--snaps 20] [--load-time 30s]
+#                           [--trim-wait 30] [--dir DIR] [--profile release|ci]
+# (CARGO_TARGET_DIR is honoured.)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+. bench/lib.sh
+time=8s; size=256M; nsnaps=20; loadtime=30s; trimwait=30; dir=""; profile=release
+usage="usage: $0 [--time 8s] [--size 256M] [--snaps 20] [--load-time 30s] [--trim-wait 30] [--dir DIR] [--profile release|ci]"
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --time) time="$2"; shift 2 ;;
+    --size) size="$2"; shift 2 ;;
+    --snaps) nsnaps="$2"; shift 2 ;;
+    --load-time) loadtime="$2"; shift 2 ;;
+    --trim-wait) trimwait="$2"; shift 2 ;;
+    --dir) dir="$2"; shift 2 ;;
+    --profile) profile="$2"; shift 2 ;;
+    *) echo "$usage" >&2; exit 2 ;;
+  esac
+done
+scripts/deps.sh demo >/dev/null
+if [ "$profile" = release ]; then cargo build --release -p pontoon --bins 2>&1 | tail -1
+else cargo build --profile "$profile" -p pontoon --bins 2>&1 | tail -1; fi
+P=${CARGO_TARGET_DIR:-$PWD/target}/$profile/pontoon
+[ -n "$dir" ] || dir=$(mktemp -d /var/tmp/pontoon-snapbench.XXXXXX)
+mkdir -p "$dir"
+out="$dir/results"; mkdir -p "$out"
+up_pid=""; load_pid=""
+cleanup() {
+  [ -n "$load_pid" ] && kill -TERM "$load_pid" 2>/dev/null && wait "$load_pid" 2>/dev/null
+  [ -n "$up_pid" ] && kill -TERM "$up_pid" 2>/dev/null && wait "$up_pid" 2>/dev/null
+  true
+}
+trap cleanup EXIT
+
+echo "== pontoon up: 3 OSDs of 6 GiB, 1 shard each ($dir)"
+"$P" up --dir "$dir/cluster" --osds 3 --osd-size 6G --shards 1 > "$dir/up.log" 2>&1 &
+up_pid=$!
+wait_cluster "$dir"
+C=(--cluster "$dir/cluster")
+"$P" pool create p --size 3 --min-size 2 --pgs 64 --failure-domain osd "${C[@]}" >/dev/null
+clean() { # waits until every PG is active+clean
+  for _ in $(seq 600); do
+    "$P" status --json "${C[@]}" 2>/dev/null | python3 -c '
+import json, sys
+s = json.load(sys.stdin)["pgs"]["states"]
+sys.exit(0 if s and s.get("active+clean") == sum(s.values()) else 1)' && return 0
+    sleep 0.1
+  done
+  echo "PGs not active+clean" >&2; return 1
+}
+clean
+fill() { "$P" bench --volume "$1" --rw write --bs 1M --qd 8 --fill --json "${C[@]}" >/dev/null; }
+for v in base s1 s10 parent busy; do
+  "$P" volume create "$v" --size "$size" --pool p "${C[@]}" >/dev/null
+done
+echo "== filling: base; s1 then 1 snapshot; s10 and a snapshot, 10 times; parent, a protected snapshot and its clone; busy"
+fill base
+fill s1; "$P" snap create s1@a "${C[@]}" >/dev/null
+for i in $(seq 10); do fill s10; "$P" snap create "s10@s$i" "${C[@]}" >/dev/null; done
+fill parent
+"$P" snap create parent@gold "${C[@]}" >/dev/null
+"$P" snap protect parent@gold "${C[@]}" >/dev/null
+"$P" volume clone parent@gold clone "${C[@]}" >/dev/null
+fill busy
+clean
+
+bench() { # NAME VOLUME RW [TIME]: one QD32 4 KiB run, JSON in $out/NAME.json
+  "$P" bench --volume "$2" --rw "$3" --bs 4k --qd 32 --time "${4:-$time}" --json "${C[@]}" > "$out/$1.json"
+}
+echo "== 4 KiB QD32, $time each"
+bench read-parent parent@gold randread
+bench read-clone clone randread
+bench write-0 base randwrite
+bench write-1 s1 randwrite
+bench write-10 s10 randwrite
+bench write-clone clone randwrite
+bench write-0-again base randwrite
+
+echo "== snap create under load: $nsnaps snapshots of busy during a $loadtime QD32 randwrite"
+bench load-none busy randwrite "$loadtime"
+bench load-snaps busy randwrite "$loadtime" &
+load_pid=$!
+sleep 2
+: > "$out/creates"
+for i in $(seq "$nsnaps"); do
+  t0=$(date +%s%N)
+  "$P" snap create "busy@u$i" "${C[@]}" > /dev/null 2>> "$out/create-warnings"
+  t1=$(date +%s%N)
+  echo "$t0 $t1" >> "$out/creates"
+  sleep 0.2
+done
+creates_done=$(date +%s%N)
+wait "$load_pid"; load_pid=""
+load_done=$(date +%s%N)
+
+echo "== snap trim: removing every snapshot of busy and s10, watching the OSDs' used bytes for ${trimwait}s"
+used() { "$P" df --json "${C[@]}" | python3 -c 'import json,sys; print(json.load(sys.stdin)["raw"]["used_bytes"])'; }
+used0=$(used)
+trim_t0=$(date +%s%N)
+for i in $(seq "$nsnaps"); do "$P" snap rm "busy@u$i" "${C[@]}" >/dev/null; done
+for i in $(seq 10); do "$P" snap rm "s10@s$i" "${C[@]}" >/dev/null; done
+: > "$out/trim"
+for _ in $(seq "$trimwait"); do
+  echo "$(( ($(date +%s%N) - trim_t0) / 1000000 )) $(used)" >> "$out/trim"
+  sleep 1
+done
+
+python3 - "$out" "$time" "$size" "$nsnaps" "$loadtime" "$creates_done" "$load_done" "$used0" "$trimwait" <<'EOF'
+import json, statistics, sys
+out, time, size, nsnaps, loadtime = sys.argv[1:6]
+creates_done, load_done, used0, trimwait = int(sys.argv[6]), int(sys.argv[7]), int(sys.argv[8]), sys.argv[9]
+r = lambda name: json.load(open(f"{out}/{name}.json"))
+def row(label, d, base):
+    osd = d.get("osd_cpu_us_per_io")
+    osd = f"{osd:7.1f}" if osd is not None else "      -"
+    print(f"{label:34} {d['iops']:8.0f} {d['iops'] / base['iops']:6.3f} {osd} "
+          f"{d['p99_us']:8.0f} {d['p999_us']:8.0f} {d['max_us'] / 1000:8.1f}")
+print(f"\n4 KiB QD32 through the client library, {time} each, size-3 pool, volumes of {size}")
+print(f"{'':34} {'IOPS':>8} {'ratio':>6} {'OSD us':>7} {'p99 us':>8} {'p99.9 us':>8} {'max ms':>8}")
+w0 = r("write-0")
+row("randwrite, no snapshot", w0, w0)
+row("randwrite, 1 snapshot", r("write-1"), w0)
+row("randwrite, 10 snapshots", r("write-10"), w0)
+row("randwrite, clone", r("write-clone"), w0)
+row("randwrite, no snapshot (again)", r("write-0-again"), w0)
+rp = r("read-parent")
+row("randread, parent snapshot", rp, rp)
+row("randread, clone (parent's data)", r("read-clone"), rp)
+
+spans = [tuple(map(int, l.split())) for l in open(f"{out}/creates")]
+ms = sorted((b - a) / 1e6 for a, b in spans)
+q = lambda p: ms[min(len(ms) - 1, int(p * len(ms)))]
+none, snaps = r("load-none"), r("load-snaps")
+print(f"\nsnap create under QD32 randwrite: {len(ms)} snapshots, command p50 {q(0.5):.0f} ms, "
+      f"p99 {q(0.99):.0f} ms, max {ms[-1]:.0f} ms")
+if creates_done > load_done:
+    print(f"  (warning: the creates ran past the {loadtime} load; give a longer --load-time)")
+print(f"  the {loadtime} load without snapshots: {none['iops']:.0f} IOPS, p99.9 {none['p999_us']:.0f} us, "
+      f"longest I/O {none['max_us'] / 1000:.1f} ms")
+print(f"  the {loadtime} load with them:         {snaps['iops']:.0f} IOPS ({snaps['iops'] / none['iops']:.3f}x), "
+      f"p99.9 {snaps['p999_us']:.0f} us, longest I/O {snaps['max_us'] / 1000:.1f} ms (bounds the pause)")
+
+trim = [tuple(map(int, l.split())) for l in open(f"{out}/trim")]
+low = min(trim, key=lambda t: t[1])
+if trim and low[1] < used0:
+    freed = used0 - low[1]
+    print(f"\nsnap trim: {freed / 2**20:.0f} MiB of OSD space freed within {low[0] / 1000:.1f} s of the removals "
+          f"({freed / 2**20 / max(low[0] / 1000, 0.001):.0f} MiB/s; 1 s polling)")
+else:
+    print(f"\nsnap trim: not measurable: the OSDs' used bytes ({used0 / 2**30:.2f} GiB) did not fall within "
+          f"{trimwait} s of removing {int(nsnaps) + 10} snapshots (removed snapshots are not trimmed on this build)")
+EOF
