@@ -5,12 +5,13 @@
 //! (block, write sequence number, a checksum over the whole block), and
 //! logs when each write was issued and when the gateway acknowledged it;
 //! fio writes another part of the volume with verification alongside.
-//! Meanwhile `pontoon snap create` takes six snapshots (the start and end
-//! of each command logged): two before osd.1 is killed with SIGKILL, one
-//! the moment it is killed, one while it is down, one the moment it is
-//! restarted, one while it recovers. When the writer has stopped and every
-//! PG is clean again, every snapshot's NBD export (`v@sN`, read-only) and
-//! the volume are read back and checked against the log:
+//! Meanwhile `pontoon snap create` takes eight snapshots (the start and
+//! end of each command logged): two before osd.1 is killed with SIGKILL,
+//! one the moment it is killed (while its lease runs out), two while it is
+//! down, two the moment it is restarted (peering, recovery), one after.
+//! When the writer has stopped and every PG is clean again, every
+//! snapshot's NBD export (`v@sN`, read-only) and the volume are read back
+//! and checked against the log:
 //!
 //! - every block reads a write that was issued to it, intact, or zeros if
 //!   none was (and the gaps between blocks read zeros);
@@ -19,7 +20,8 @@
 //! - each snapshot is a consistent cut: if it holds a write `w` (its block
 //!   reads `w` or a later write), it holds every write acknowledged before
 //!   `w` was issued, and every write acknowledged before its `snap create`
-//!   started; it holds no write issued after its `snap create` returned.
+//!   started; it holds no write issued after its `snap create` returned;
+//! - a deep scrub of the pool then finds no replicas that differ.
 //!
 //! Times are the writer's: an issue time is taken before the request is
 //! sent, an acknowledgement time after the reply is read, a command's start
@@ -459,8 +461,8 @@ impl Writer {
             assert!(st.broken.is_none(), "the writer's connection broke: {st:?}");
             assert!(
                 Instant::now() < deadline,
-                "{more} writes were not acknowledged within {limit:?} ({what}); {} in flight",
-                st.in_flight
+                "{more} writes were not acknowledged within {limit:?} ({what}); in flight: {}",
+                st.unanswered()
             );
             st = self
                 .shared
@@ -482,8 +484,8 @@ impl Writer {
             assert!(st.broken.is_none(), "the writer's connection broke: {st:?}");
             assert!(
                 Instant::now() < deadline,
-                "{} writes still unanswered {limit:?} after the writer stopped",
-                st.in_flight
+                "writes still unanswered {limit:?} after the writer stopped: {}",
+                st.unanswered()
             );
             st = self
                 .shared
@@ -500,6 +502,28 @@ impl Writer {
             t.join().expect("writer thread");
         }
         out
+    }
+}
+
+impl WriterState {
+    /// The writes in flight: sequence number, block, object, issue time.
+    fn unanswered(&self) -> String {
+        let failed: std::collections::HashSet<u64> = self.failed.iter().copied().collect();
+        let list: Vec<String> = self
+            .writes
+            .iter()
+            .filter(|w| w.acked.is_none() && !failed.contains(&w.seq))
+            .map(|w| {
+                format!(
+                    "#{} block {} (object {}) issued at {}",
+                    w.seq,
+                    w.block,
+                    u64::from(w.block) * STRIDE / (4 << 20),
+                    ms(w.issued)
+                )
+            })
+            .collect();
+        format!("{} writes: {}", list.len(), list.join("; "))
     }
 }
 
@@ -715,6 +739,12 @@ fn all_clean(s: &serde_json::Value) -> bool {
         && s["pgs"]["states"]["active+clean"] == s["pgs"]["total"]
 }
 
+fn unix_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
 /// `pontoon snap create v@NAME`, timed by the writer's clock.
 fn snap_create(dir: &Path, t0: Instant, name: &str) -> Snap {
     let start = t0.elapsed().as_micros() as u64;
@@ -745,7 +775,15 @@ fn snap_create(dir: &Path, t0: Instant, name: &str) -> Snap {
 #[test]
 fn snapshots_taken_while_an_osd_is_killed_and_restarted_are_consistent_cuts() {
     let started = Instant::now();
-    let (_tmp, dir) = tempdir("pontoon-snapfail-");
+    let (tmp, dir) = tempdir("pontoon-snapfail-");
+    // PONTOON_KEEP_TEST_DIR=1 keeps the cluster's directory (logs) for a
+    // post-mortem.
+    let _tmp = if std::env::var_os("PONTOON_KEEP_TEST_DIR").is_some() {
+        eprintln!("keeping {}", tmp.keep().display());
+        None
+    } else {
+        Some(tmp)
+    };
     let port = free_port();
     let _up = Up::start_with(&dir, 3, &["--nbd", &format!("127.0.0.1:{port}")]);
     ok(&dir, &["pool", "create", "p", "--size", "3", "--pgs", "16"]);
@@ -775,18 +813,25 @@ fn snapshots_taken_while_an_osd_is_killed_and_restarted_are_consistent_cuts() {
     );
     signal(victim, libc::SIGKILL);
     eprintln!("osd.1 killed at {}", ms(t0.elapsed().as_micros() as u64));
+    // While its lease runs out (writes wait for the new interval).
     snaps.push(snap_create(&dir, t0, "s3"));
     wait_status(&dir, "osd.1 down", |s| s["osds"]["up"] == 2);
+    // Degraded: writes go to two copies.
     writer.wait_acked(STEP, "with osd.1 down");
     snaps.push(snap_create(&dir, t0, "s4"));
+    writer.wait_acked(STEP / 2, "with osd.1 down");
+    snaps.push(snap_create(&dir, t0, "s5"));
 
+    // Restarted: peering, then recovery copies it what it missed, s3 to
+    // s5's clones included, while two more snapshots are taken at once.
     let out = ok(&dir, &["osd", "start", "1"]);
     assert!(out.contains("osd.1 started"), "{out}");
     eprintln!("osd.1 restarted at {}", ms(t0.elapsed().as_micros() as u64));
-    snaps.push(snap_create(&dir, t0, "s5"));
-    writer.wait_acked(STEP, "after the restart");
     snaps.push(snap_create(&dir, t0, "s6"));
-    writer.wait_acked(STEP, "after v@s6");
+    snaps.push(snap_create(&dir, t0, "s7"));
+    writer.wait_acked(STEP, "after the restart");
+    snaps.push(snap_create(&dir, t0, "s8"));
+    writer.wait_acked(STEP, "after v@s8");
 
     let (writes, failed) = writer.finish();
     let rounds = fio.finish();
@@ -842,6 +887,42 @@ fn snapshots_taken_while_an_osd_is_killed_and_restarted_are_consistent_cuts() {
             pair[1].name,
             pair[0].name
         );
+    }
+    // The copies agree too: a deep scrub (which compares the heads'
+    // data and the clones' metadata of every replica) finds nothing.
+    let stamp = |p: &serde_json::Value| p["scrub"]["last_deep_scrub_unix"].as_u64();
+    let last = json(&dir, &["pg", "ls", "--json"])
+        .as_array()
+        .and_then(|a| a.iter().filter_map(stamp).max())
+        .unwrap_or(0);
+    // So that a stamp at or after the request is a new scrub's.
+    while unix_now() <= last {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let asked = unix_now();
+    ok(&dir, &["pool", "deep-scrub", "p"]);
+    let pgs = wait_json(
+        &dir,
+        &["pg", "ls", "--json"],
+        "every PG deep-scrubbed after the check",
+        Duration::from_secs(60),
+        |v| {
+            v.as_array().is_some_and(|a| {
+                !a.is_empty()
+                    && a.iter().all(|p| {
+                        stamp(p).is_some_and(|t| t >= asked) && p["scrub"]["progress"].is_null()
+                    })
+            })
+        },
+    );
+    for pg in pgs.as_array().into_iter().flatten() {
+        let sc = &pg["scrub"];
+        if sc["inconsistent_objects"] != 0 || sc["unrecoverable_objects"] != 0 {
+            bad.push(format!(
+                "deep scrub found replicas that differ in pg {}: {sc}",
+                pg["pgid"]
+            ));
+        }
     }
     let shown_bad: Vec<&String> = bad.iter().take(20).collect();
     assert!(
