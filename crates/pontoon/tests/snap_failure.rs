@@ -899,19 +899,32 @@ fn snapshots_taken_while_an_osd_is_killed_and_restarted_are_consistent_cuts() {
         );
         images.push(shown);
     }
-    // The checker is not blind on this run's data: each snapshot's image,
-    // judged as if it had been taken at the previous snapshot's time,
-    // holds writes issued after that one returned (hundreds of writes
-    // were acknowledged between the two).
+    // The checker is not blind on this run's data: where a write was
+    // issued after one snapshot returned and acknowledged before the next
+    // started (the next must hold it), the next's image judged as if taken
+    // at the first's time is found wrong. The pairs with hundreds of
+    // writes between them (all but s6, s7) always have such writes.
+    let mut judged = 0;
     for (i, pair) in snaps.windows(2).enumerate() {
-        let wrong = check_cut(&h, &pair[0], &images[i + 1]);
+        let between = h
+            .writes
+            .iter()
+            .any(|w| w.issued > pair[0].end && w.acked.is_some_and(|a| a < pair[1].start));
+        if !between {
+            continue;
+        }
+        judged += 1;
         assert!(
-            !wrong.is_empty(),
+            !check_cut(&h, &pair[0], &images[i + 1]).is_empty(),
             "the checker found nothing wrong with {}'s image taken as {}",
             pair[1].name,
             pair[0].name
         );
     }
+    assert!(
+        judged >= 5,
+        "only {judged} snapshot pairs had writes between them"
+    );
     // The copies agree too: a deep scrub (which compares the heads'
     // data and the clones' metadata of every replica) finds nothing.
     let stamp = |p: &serde_json::Value| p["scrub"]["last_deep_scrub_unix"].as_u64();
