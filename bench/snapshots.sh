@@ -3,12 +3,16 @@
 # (`pontoon up`), a size-3 pool, volumes of --size each written in full
 # before every snapshot. 4 KiB randwrite at QD32 through the client library
 # (`pontoon bench`) on a volume with 0, 1 and 10 snapshots (each taken after
-# a full overwrite) and on a clone of a protected snapshot (the volume with
-# no snapshots measured again at the end, to show the machine's drift);
-# 4 KiB randread at QD32 of the parent snapshot and of the clone, which has
-# written nothing yet, so every read falls through to the parent. IOPS, the
-# ratio to the no-snapshot row (to the parent for the clone's reads), the
-# OSDs' CPU µs per I/O, p99 and p99.9 latency.
+# a full overwrite) and on a clone of a protected snapshot; 4 KiB randread
+# at QD32 of the parent snapshot and of the clone, measured before the
+# clone is written, so every read falls through to the parent. In --rounds
+# rounds that take the rows in turn, so that drift of a shared machine
+# falls on all of them alike: median IOPS, the ratio of the medians to the
+# no-snapshot row (to the parent for the clone's reads) and the median of
+# each round's ratio (paired), the OSDs' CPU µs per I/O, p99 and p99.9
+# latency and the longest I/O (medians). Writes after the first round (or
+# after --size / 4 KiB writes) mostly land on blocks already redirected
+# since the last snapshot: a small --size measures mostly that.
 #
 # Then `snap create` under load: --snaps snapshots of a volume taken one
 # after another while a QD32 randwrite runs on it (--load-time); each
@@ -20,20 +24,21 @@
 # Last, snap trim: every snapshot is removed and the OSDs' used bytes are
 # watched for --trim-wait; if they fall, the rate; if not, it says so.
 #
-# Usage: bench/snapshots.sh [--time 8s] [--size 256M] [--osd-size 6G] [--snaps 20]
-#                           [--load-time 30s] [--trim-wait 30] [--dir DIR] [--keep]
-#                           [--profile release|ci]
+# Usage: bench/snapshots.sh [--time 8s] [--rounds 3] [--size 256M] [--osd-size 6G]
+#                           [--snaps 20] [--load-time 30s] [--trim-wait 30] [--dir DIR]
+#                           [--keep] [--profile release|ci]
 # Each OSD holds every volume and snapshot (size 3 on 3 OSDs): about 20x
 # --size, so --osd-size must be well over that. The OSD files are removed
 # at exit unless --keep. (CARGO_TARGET_DIR is honoured.)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . bench/lib.sh
-time=8s; size=256M; osdsize=6G; nsnaps=20; loadtime=30s; trimwait=30; dir=""; keep=""; profile=release
-usage="usage: $0 [--time 8s] [--size 256M] [--osd-size 6G] [--snaps 20] [--load-time 30s] [--trim-wait 30] [--dir DIR] [--keep] [--profile release|ci]"
+time=8s; rounds=3; size=256M; osdsize=6G; nsnaps=20; loadtime=30s; trimwait=30; dir=""; keep=""; profile=release
+usage="usage: $0 [--time 8s] [--rounds 3] [--size 256M] [--osd-size 6G] [--snaps 20] [--load-time 30s] [--trim-wait 30] [--dir DIR] [--keep] [--profile release|ci]"
 while [ $# -gt 0 ]; do
   case "$1" in
     --time) time="$2"; shift 2 ;;
+    --rounds) rounds="$2"; shift 2 ;;
     --size) size="$2"; shift 2 ;;
     --osd-size) osdsize="$2"; shift 2 ;;
     --keep) keep=1; shift ;;
@@ -96,14 +101,18 @@ clean
 bench() { # NAME VOLUME RW [TIME]: one QD32 4 KiB run, JSON in $out/NAME.json
   "$P" bench --volume "$2" --rw "$3" --bs 4k --qd 32 --time "${4:-$time}" --json "${C[@]}" > "$out/$1.json"
 }
-echo "== 4 KiB QD32, $time each"
-bench read-parent parent@gold randread
-bench read-clone clone randread
-bench write-0 base randwrite
-bench write-1 s1 randwrite
-bench write-10 s10 randwrite
-bench write-clone clone randwrite
-bench write-0-again base randwrite
+echo "== 4 KiB QD32, $time each, $rounds rounds: randread of the parent and the clone, then randwrite"
+for r in $(seq "$rounds"); do
+  bench "read-parent-$r" parent@gold randread
+  bench "read-clone-$r" clone randread
+done
+for r in $(seq "$rounds"); do
+  bench "write-0-$r" base randwrite
+  bench "write-1-$r" s1 randwrite
+  bench "write-10-$r" s10 randwrite
+  bench "write-clone-$r" clone randwrite
+  echo "round $r done"
+done
 
 echo "== snap create under load: $nsnaps snapshots of busy during a $loadtime QD32 randwrite"
 bench load-none busy randwrite "$loadtime"
@@ -134,27 +143,32 @@ for _ in $(seq "$trimwait"); do
   sleep 1
 done
 
-python3 - "$out" "$time" "$size" "$nsnaps" "$loadtime" "$creates_done" "$load_done" "$used0" "$trimwait" <<'EOF'
+python3 - "$out" "$time" "$size" "$nsnaps" "$loadtime" "$creates_done" "$load_done" "$used0" "$trimwait" "$rounds" <<'EOF'
 import json, statistics, sys
 out, time, size, nsnaps, loadtime = sys.argv[1:6]
 creates_done, load_done, used0, trimwait = int(sys.argv[6]), int(sys.argv[7]), int(sys.argv[8]), sys.argv[9]
+rounds = int(sys.argv[10])
 r = lambda name: json.load(open(f"{out}/{name}.json"))
-def row(label, d, base):
-    osd = d.get("osd_cpu_us_per_io")
-    osd = f"{osd:7.1f}" if osd is not None else "      -"
-    print(f"{label:34} {d['iops']:8.0f} {d['iops'] / base['iops']:6.3f} {osd} "
-          f"{d['p99_us']:8.0f} {d['p999_us']:8.0f} {d['max_us'] / 1000:8.1f}")
-print(f"\n4 KiB QD32 through the client library, {time} each, size-3 pool, volumes of {size}")
-print(f"{'':34} {'IOPS':>8} {'ratio':>6} {'OSD us':>7} {'p99 us':>8} {'p99.9 us':>8} {'max ms':>8}")
-w0 = r("write-0")
-row("randwrite, no snapshot", w0, w0)
-row("randwrite, 1 snapshot", r("write-1"), w0)
-row("randwrite, 10 snapshots", r("write-10"), w0)
-row("randwrite, clone", r("write-clone"), w0)
-row("randwrite, no snapshot (again)", r("write-0-again"), w0)
-rp = r("read-parent")
-row("randread, parent snapshot", rp, rp)
-row("randread, clone (parent's data)", r("read-clone"), rp)
+med = lambda name, f: statistics.median(f(r(f"{name}-{i}")) for i in range(1, rounds + 1))
+def row(label, name, base):
+    iops = med(name, lambda d: d["iops"])
+    paired = statistics.median(r(f"{name}-{i}")["iops"] / r(f"{base}-{i}")["iops"] for i in range(1, rounds + 1))
+    try:
+        osd = f"{med(name, lambda d: d['osd_cpu_us_per_io']):7.1f}"
+    except KeyError:
+        osd = "      -"
+    print(f"{label:34} {iops:8.0f} {iops / med(base, lambda d: d['iops']):6.3f} {paired:7.3f} {osd} "
+          f"{med(name, lambda d: d['p99_us']):8.0f} {med(name, lambda d: d['p999_us']):8.0f} "
+          f"{med(name, lambda d: d['max_us']) / 1000:8.1f}")
+print(f"\n4 KiB QD32 through the client library, {time} each, size-3 pool, volumes of {size}, medians of {rounds} rounds")
+print("(ratio: of the medians; paired: median of each round's ratio)")
+print(f"{'':34} {'IOPS':>8} {'ratio':>6} {'paired':>7} {'OSD us':>7} {'p99 us':>8} {'p99.9 us':>8} {'max ms':>8}")
+row("randwrite, no snapshot", "write-0", "write-0")
+row("randwrite, 1 snapshot", "write-1", "write-0")
+row("randwrite, 10 snapshots", "write-10", "write-0")
+row("randwrite, clone", "write-clone", "write-0")
+row("randread, parent snapshot", "read-parent", "read-parent")
+row("randread, clone (parent's data)", "read-clone", "read-parent")
 
 spans = [tuple(map(int, l.split())) for l in open(f"{out}/creates")]
 ms = sorted((b - a) / 1e6 for a, b in spans)
