@@ -19,7 +19,11 @@
 # command's duration (p50, p99, max) and the load's longest I/O latency,
 # beside the same load without snapshots. The longest latency of any one
 # I/O bounds the longest pause the snapshots caused (no completion can be
-# missing for longer than the slowest I/O in flight took).
+# missing for longer than the slowest I/O in flight took). The pause itself:
+# the same again with fio through the NBD gateway (randwrite QD32, every
+# completion logged with its time), the longest gap between completions
+# without snapshots, with them, and the longest gap that overlaps a
+# `snap create`.
 #
 # Last, snap trim: every snapshot is removed and the OSDs' used bytes are
 # watched for --trim-wait; if they fall, the rate; if not, it says so.
@@ -67,7 +71,8 @@ cleanup() {
 trap cleanup EXIT
 
 echo "== pontoon up: 3 OSDs of $osdsize, 1 shard each ($dir)"
-"$P" up --dir "$dir/cluster" --osds 3 --osd-size "$osdsize" --shards 1 > "$dir/up.log" 2>&1 &
+nbd_port=$(free_port)
+"$P" up --dir "$dir/cluster" --osds 3 --osd-size "$osdsize" --shards 1 --nbd "127.0.0.1:$nbd_port" > "$dir/up.log" 2>&1 &
 up_pid=$!
 wait_cluster "$dir"
 C=(--cluster "$dir/cluster")
@@ -84,7 +89,7 @@ sys.exit(0 if s and s.get("active+clean") == sum(s.values()) else 1)' && return 
 }
 clean
 fill() { "$P" bench --volume "$1" --rw write --bs 1M --qd 8 --fill --json "${C[@]}" >/dev/null; }
-for v in base s1 s10 parent busy; do
+for v in base s1 s10 parent busy busynbd; do
   "$P" volume create "$v" --size "$size" --pool p "${C[@]}" >/dev/null
 done
 echo "== filling: base; s1 then 1 snapshot; s10 and a snapshot, 10 times; parent, a protected snapshot and its clone; busy"
@@ -96,6 +101,7 @@ fill parent
 "$P" snap protect parent@gold "${C[@]}" >/dev/null
 "$P" volume clone parent@gold clone "${C[@]}" >/dev/null
 fill busy
+fill busynbd
 clean
 
 bench() { # NAME VOLUME RW [TIME]: one QD32 4 KiB run, JSON in $out/NAME.json
@@ -131,11 +137,31 @@ creates_done=$(date +%s%N)
 wait "$load_pid"; load_pid=""
 load_done=$(date +%s%N)
 
-echo "== snap trim: removing every snapshot of busy and s10, watching the OSDs' used bytes for ${trimwait}s"
+echo "== the pause, with fio through NBD: $nsnaps snapshots of busynbd during a $loadtime QD32 randwrite"
+fio_load() { # NAME: fio randwrite QD32 on busynbd, every completion's time logged
+  fio --name="$1" --ioengine=nbd --uri="nbd://127.0.0.1:$nbd_port/busynbd" --rw=randwrite --bs=4k \
+    --iodepth=32 --time_based --runtime="$loadtime" --write_lat_log="$out/$1" --log_avg_msec=0 \
+    --log_unix_epoch=1 --output-format=json --output="$out/$1.json" >/dev/null
+}
+fio_load fio-none
+fio_load fio-snaps &
+load_pid=$!
+sleep 2
+: > "$out/fio-creates"
+for i in $(seq "$nsnaps"); do
+  t0=$(date +%s%N)
+  "$P" snap create "busynbd@u$i" "${C[@]}" > /dev/null 2>> "$out/create-warnings"
+  t1=$(date +%s%N)
+  echo "$t0 $t1" >> "$out/fio-creates"
+  sleep 0.2
+done
+wait "$load_pid"; load_pid=""
+
+echo "== snap trim: removing every snapshot of busy, busynbd and s10, watching the OSDs' used bytes for ${trimwait}s"
 used() { "$P" df --json "${C[@]}" | python3 -c 'import json,sys; print(json.load(sys.stdin)["raw"]["used_bytes"])'; }
 used0=$(used)
 trim_t0=$(date +%s%N)
-for i in $(seq "$nsnaps"); do "$P" snap rm "busy@u$i" "${C[@]}" >/dev/null; done
+for i in $(seq "$nsnaps"); do "$P" snap rm "busy@u$i" "${C[@]}" >/dev/null; "$P" snap rm "busynbd@u$i" "${C[@]}" >/dev/null; done
 for i in $(seq 10); do "$P" snap rm "s10@s$i" "${C[@]}" >/dev/null; done
 : > "$out/trim"
 for _ in $(seq "$trimwait"); do
@@ -183,6 +209,19 @@ print(f"  the {loadtime} load without snapshots: {none['iops']:.0f} IOPS, p99.9 
 print(f"  the {loadtime} load with them:         {snaps['iops']:.0f} IOPS ({snaps['iops'] / none['iops']:.3f}x), "
       f"p99.9 {snaps['p999_us']:.0f} us, longest I/O {snaps['max_us'] / 1000:.1f} ms (bounds the pause)")
 
+def completions(name):  # completion times (unix ms) of fio's latency log
+    return sorted(int(l.split(",")[0]) for l in open(f"{out}/{name}_lat.1.log") if l.strip())
+def gaps(ts):  # (gap ms, from, to) between consecutive completions
+    return [(b - a, a, b) for a, b in zip(ts, ts[1:])]
+fio_iops = lambda name: json.load(open(f"{out}/{name}.json"))["jobs"][0]["write"]["iops"]
+g_none, g_snaps = gaps(completions("fio-none")), gaps(completions("fio-snaps"))
+windows = [tuple(int(x) // 10**6 for x in l.split()) for l in open(f"{out}/fio-creates")]
+per_create = [max((g[0] for g in g_snaps if g[1] < b and g[2] > a), default=0) for a, b in windows]
+print(f"\nthe pause, fio randwrite QD32 through NBD for {loadtime} (completion times in ms):")
+print(f"  without snapshots: {fio_iops('fio-none'):.0f} IOPS, longest gap between completions {max(g_none)[0]} ms")
+print(f"  with {len(windows)} snap creates: {fio_iops('fio-snaps'):.0f} IOPS, longest gap {max(g_snaps)[0]} ms; "
+      f"longest gap overlapping a snap create {max(per_create)} ms (median over the creates {statistics.median(per_create):.0f} ms)")
+
 trim = [tuple(map(int, l.split())) for l in open(f"{out}/trim")]
 # s10's first nine snapshots each hold one full overwrite that nothing else
 # references: at least 9 x size x 3 copies come back if they are trimmed.
@@ -195,7 +234,7 @@ if freed >= max(expect // 10, 16 * 2**20):
     print(f"\nsnap trim: {freed / 2**20:.0f} MiB of OSD space freed within {low[0] / 1000:.1f} s of the removals "
           f"({freed / 2**20 / max(low[0] / 1000, 0.001):.0f} MiB/s, 1 s polling; at least {expect / 2**20:.0f} MiB to free)")
 else:
-    print(f"\nsnap trim: not measurable: removing {int(nsnaps) + 10} snapshots freed {max(freed, 0) / 2**20:.0f} MiB "
+    print(f"\nsnap trim: not measurable: removing {2 * int(nsnaps) + 10} snapshots freed {max(freed, 0) / 2**20:.0f} MiB "
           f"of the OSDs' {used0 / 2**30:.2f} GiB within {trimwait} s, where trimming would free at least "
           f"{expect / 2**20:.0f} MiB (removed snapshots are not trimmed on this build)")
 EOF
