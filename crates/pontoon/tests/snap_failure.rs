@@ -33,10 +33,19 @@
 //! chain in time and "holds `w` or a later write" is well defined.
 //!
 //! `the_cut_checker_rejects_inconsistent_histories` feeds the same checker
-//! made-up histories that break each rule, so the check can fail.
+//! made-up histories that break each rule, so the check can fail; and on
+//! the run's own data, each snapshot's image judged as if it had been
+//! taken at the previous snapshot's time must be found wrong.
+//!
+//! The scenario keeps every object's head and clones within what one
+//! recovery copy can carry today (one journal record, 512 extents): past
+//! that, I/O to the object hangs after the restart.
+//! `an_osd_restart_recovers_objects_fragmented_under_snapshots` (ignored
+//! until staged copies exist) shows it.
 //!
 //! Needs etcd-server, fio and qemu-utils (`scripts/deps.sh test`). Asserts
 //! on data and on the clients' answers; the waits are bounded polls.
+//! PONTOON_KEEP_TEST_DIR=1 keeps the cluster's directory and logs.
 
 mod common;
 
