@@ -1,6 +1,9 @@
 //! Three OSD shards on their own threads and io_uring runtimes, talking
 //! over TCP on 127.0.0.1, with maps pushed by hand: replication, degraded
-//! writes, peering and recovery after a member comes back, incomplete PGs.
+//! writes, peering and recovery after a member comes back, incomplete PGs;
+//! and what a size-3 write and a read cost the OSDs' threads in heap
+//! allocations (a counting allocator; the tests here run one at a time so
+//! that the count is of one test's OSDs).
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -17,6 +20,92 @@ use pontoon_types::{Epoch, ObjectId, OsdId, PgId, PoolId, Version};
 const POOL: PoolId = PoolId(1);
 const VOLUME: u64 = 5;
 const PGS: u32 = 8;
+
+/// The tests of this file run one at a time (the allocation count is of
+/// every thread but the test's).
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Counts heap allocations per thread, in a fixed table (no allocation
+/// of its own): slot claimed by a thread on its first allocation.
+mod counting {
+    use std::alloc::{GlobalAlloc, Layout, System};
+    use std::cell::Cell;
+    use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+
+    const SLOTS: usize = 256;
+    static OWNER: [AtomicUsize; SLOTS] = [const { AtomicUsize::new(0) }; SLOTS];
+    static COUNT: [AtomicU64; SLOTS] = [const { AtomicU64::new(0) }; SLOTS];
+    /// Allocations of threads that found no free slot.
+    static OVERFLOW: AtomicU64 = AtomicU64::new(0);
+
+    thread_local! {
+        static SLOT: Cell<usize> = const { Cell::new(usize::MAX) };
+        static MARK: u8 = const { 0 };
+    }
+
+    fn slot() -> Option<usize> {
+        let s = SLOT.try_with(|s| s.get()).ok()?;
+        if s != usize::MAX {
+            return Some(s);
+        }
+        let me = MARK.with(|m| m as *const u8 as usize);
+        for (i, o) in OWNER.iter().enumerate() {
+            if o.compare_exchange(0, me, Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
+            {
+                let _ = SLOT.try_with(|s| s.set(i));
+                return Some(i);
+            }
+        }
+        None
+    }
+
+    /// The system allocator, counting.
+    pub struct Counting;
+
+    // SAFETY: forwards to the system allocator unchanged.
+    unsafe impl GlobalAlloc for Counting {
+        unsafe fn alloc(&self, l: Layout) -> *mut u8 {
+            match slot() {
+                Some(i) => COUNT[i].fetch_add(1, Ordering::Relaxed),
+                None => OVERFLOW.fetch_add(1, Ordering::Relaxed),
+            };
+            // SAFETY: the caller's layout, passed on.
+            unsafe { System.alloc(l) }
+        }
+        unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
+            // SAFETY: allocated by System with this layout.
+            unsafe { System.dealloc(p, l) }
+        }
+        unsafe fn realloc(&self, p: *mut u8, l: Layout, n: usize) -> *mut u8 {
+            match slot() {
+                Some(i) => COUNT[i].fetch_add(1, Ordering::Relaxed),
+                None => OVERFLOW.fetch_add(1, Ordering::Relaxed),
+            };
+            // SAFETY: as for alloc.
+            unsafe { System.realloc(p, l, n) }
+        }
+    }
+
+    /// Allocations so far by every thread but the calling one.
+    pub fn others() -> u64 {
+        let me = slot();
+        let all: u64 = COUNT
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| Some(*i) != me)
+            .map(|(_, c)| c.load(Ordering::Relaxed))
+            .sum();
+        all + OVERFLOW.load(Ordering::Relaxed)
+    }
+}
+
+#[global_allocator]
+static ALLOC: counting::Counting = counting::Counting;
 
 /// A map with every PG on `acting` rotated by PG index, and `past` intervals.
 fn make_map(
@@ -232,6 +321,7 @@ fn wait_all_clean(osds: &[&TestOsd], what: &str) {
 
 #[test]
 fn replicated_writes_survive_a_member_leaving_and_returning() {
+    let _serial = serial();
     let dir = tempfile::tempdir().unwrap();
     let path = |i: u32| dir.path().join(format!("osd{i}.img"));
     let o0 = TestOsd::start(0, path(0), Some(256 << 20));
@@ -356,6 +446,7 @@ fn replicated_writes_survive_a_member_leaving_and_returning() {
 
 #[test]
 fn a_pg_that_cannot_hear_from_a_past_interval_is_incomplete_and_serves_nothing() {
+    let _serial = serial();
     let dir = tempfile::tempdir().unwrap();
     let o0 = TestOsd::start(0, dir.path().join("a.img"), Some(256 << 20));
     let o1 = TestOsd::start(1, dir.path().join("b.img"), Some(256 << 20));
@@ -417,4 +508,77 @@ fn a_pg_that_cannot_hear_from_a_past_interval_is_incomplete_and_serves_nothing()
     });
     o0.stop();
     o1.stop();
+}
+
+/// Heap allocations on the OSDs' threads per 4 KiB size-3 write and per
+/// 4 KiB read, one request at a time, after a warm-up (connections made,
+/// pools filled). Issue 15 asks for none on the data path; this measures
+/// where the code stands (the figures are printed) and fails if a change
+/// adds allocations beyond today's count.
+#[test]
+fn allocations_per_io_on_the_osd_threads() {
+    let _serial = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let osds: Vec<TestOsd> = (0..3)
+        .map(|i| TestOsd::start(i, dir.path().join(format!("osd{i}.img")), Some(256 << 20)))
+        .collect();
+    let addrs: BTreeMap<u32, SocketAddr> = osds
+        .iter()
+        .enumerate()
+        .map(|(i, o)| (i as u32, o.addr))
+        .collect();
+    let all = [0, 1, 2];
+    let m = make_map(1, &addrs, |i| (Epoch(1), rotate(&all, i), vec![]));
+    for o in &osds {
+        o.map(&m);
+    }
+    wait_all_clean(&osds.iter().collect::<Vec<_>>(), "allocations");
+    let rt = compio::runtime::Runtime::new().unwrap();
+    let mut client = TestClient {
+        conns: BTreeMap::new(),
+    };
+    let data = pattern(1);
+    let n = 2000u64;
+    let at = |k: u64| {
+        (
+            ObjectId::new(VOLUME, k % 16),
+            (pontoon_types::mix64(k) % 256) * 4096,
+        )
+    };
+    let (writes, reads) = rt.block_on(async {
+        for k in 0..n {
+            let (oid, off) = at(k);
+            client.write(&m, oid, off, &data).await;
+            client.read(&m, oid, off, 4096).await;
+        }
+        let before = counting::others();
+        for k in 0..n {
+            let (oid, off) = at(k);
+            client.write(&m, oid, off, &data).await;
+        }
+        let mid = counting::others();
+        for k in 0..n {
+            let (oid, off) = at(k);
+            let (r, got) = client.read(&m, oid, off, 4096).await;
+            assert_eq!((r.status, got.len()), (Status::Ok, 4096));
+        }
+        let after = counting::others();
+        (
+            (mid - before) as f64 / n as f64,
+            (after - mid) as f64 / n as f64,
+        )
+    });
+    eprintln!(
+        "heap allocations on the OSD threads: {writes:.1} per size-3 4 KiB write (three OSDs), \
+         {reads:.1} per 4 KiB read"
+    );
+    // Today (2026-11-26): 87.8 per write, 9.4 per read, steady across
+    // runs; the ceilings leave room for noise. Lower them as the data
+    // path sheds allocations (the goal is none).
+    assert!(writes <= 100.0, "{writes:.1} allocations per size-3 write");
+    assert!(reads <= 12.0, "{reads:.1} allocations per read");
+    assert!(writes > 0.0 && reads > 0.0, "the counter counts");
+    for o in osds {
+        o.stop();
+    }
 }
