@@ -1,0 +1,5 @@
+//! Waker related utilities.
+
+mod ext;
+
+pub(crate) use ext::*;
