@@ -262,8 +262,10 @@ impl<D: BlockDevice + 'static, P: Peers> Shard<D, P> {
     /// Installs `img` as this OSD's whole copy of `oid`, in one journal
     /// record. A copy the store refuses as too large or malformed is
     /// counted.
+    /// A copy with clones schedules snap trim of its volume: it may come
+    /// from a member that has not trimmed what this one has.
     pub(crate) async fn install_copy(
-        &self,
+        self: &Rc<Self>,
         oid: ObjectId,
         img: &SnapImage,
     ) -> Result<(), StoreError> {
@@ -271,8 +273,10 @@ impl<D: BlockDevice + 'static, P: Peers> Shard<D, P> {
             (Some(head), false) => self.store.replace(oid, img.version, head).await,
             _ => self.store.replace_snaps(oid, img).await,
         };
-        if let Err(StoreError::InvalidArgument(_)) = &r {
-            self.metrics.recovery_refused();
+        match &r {
+            Err(StoreError::InvalidArgument(_)) => self.metrics.recovery_refused(),
+            Ok(()) if !img.clones.is_empty() => self.schedule_snap_trim(oid.volume.0),
+            _ => {}
         }
         r
     }

@@ -25,6 +25,7 @@ use crate::peers::Peers;
 use crate::pg::{Pg, Phase};
 use crate::reclaim::{Reclaim, ReclaimProgress};
 use crate::scrub::{PgScrub, ScrubBook};
+use crate::snap_trim::{SnapTrim, SnapTrimProgress};
 
 /// Objects recovered at once per shard unless the map says otherwise
 /// (`recovery_max_active`): recovery must not starve client I/O.
@@ -54,6 +55,8 @@ pub struct Shard<D: BlockDevice, P: Peers> {
     generation: Cell<u64>,
     /// Deleting objects of removed volumes and stray PG copies.
     pub(crate) reclaim: Reclaim,
+    /// Freeing what only removed snapshots held.
+    pub(crate) snap_trim: SnapTrim,
     /// Scrub stamps and findings per PG.
     pub(crate) scrub: ScrubBook,
     /// Deliberately broken replication, for the simulator's self-test.
@@ -96,6 +99,8 @@ pub struct ShardReport {
     pub volumes: Vec<(VolumeId, VolumeUsage)>,
     /// How far deleting garbage has got.
     pub reclaim: ReclaimProgress,
+    /// What snap trim has done and has left.
+    pub snap_trim: SnapTrimProgress,
     /// Why its store stopped accepting writes, if it did.
     pub store_failure: Option<String>,
     /// Peers that have not answered its heartbeats within the grace.
@@ -148,6 +153,7 @@ impl<D: BlockDevice + 'static, P: Peers> Shard<D, P> {
             heartbeats: Heartbeats::default(),
             generation: Cell::new(0),
             reclaim: Reclaim::default(),
+            snap_trim: SnapTrim::default(),
             scrub: ScrubBook::default(),
             broken_ack: Cell::new(false),
             metrics,
@@ -200,6 +206,7 @@ impl<D: BlockDevice + 'static, P: Peers> Shard<D, P> {
             stats: self.store.stats(),
             volumes: self.store.volume_usage(),
             reclaim: self.reclaim.progress(),
+            snap_trim: self.snap_trim.progress(),
             store_failure: self.store.failure(),
             unreachable: self.heartbeats.unreachable(pontoon_rt::now()),
         }
@@ -253,6 +260,7 @@ impl<D: BlockDevice + 'static, P: Peers> Shard<D, P> {
             pontoon_rt::spawn(async move { shard.peer_loop(id, g).await });
         }
         self.want_reclaim();
+        self.want_snap_trim(&map);
         self.start_scrubbing();
     }
 
