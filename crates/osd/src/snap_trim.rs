@@ -143,7 +143,12 @@ impl<D: BlockDevice + 'static, P: Peers> Shard<D, P> {
     async fn snap_trim_loop(self: Rc<Self>) {
         let mut idle = 0u32;
         loop {
-            let next = self.snap_trim.pending.borrow().first_key_value().map(|(v, n)| (*v, *n));
+            let next = self
+                .snap_trim
+                .pending
+                .borrow()
+                .first_key_value()
+                .map(|(v, n)| (*v, *n));
             let Some((volume, failures)) = next else {
                 break;
             };
