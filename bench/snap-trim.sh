@@ -4,7 +4,8 @@
 # the snapshot removed. The OSDs' /metrics (pontoon_osd_snap_trim_*) are
 # polled every 100 ms from `snap rm` until every OSD has freed the
 # snapshot's data; prints objects/s and MiB freed/s per OSD (the first
-# poll to the last, and from `snap rm`). With --load, a 4 KiB randwrite
+# poll to the last, and from `snap rm`), and each OSD's own measure from
+# its log (first trim call to the last). With --load, a 4 KiB randwrite
 # QD32 on another volume runs meanwhile (trim yields to it) and its IOPS
 # with and without trim are printed.
 #
@@ -37,7 +38,7 @@ cleanup() {
 }
 trap cleanup EXIT
 
-"$P" up --dir "$dir/cluster" --osds 3 --osd-size 4G --shards 1 > "$dir/up.log" 2>&1 &
+"$P" up --dir "$dir/cluster" --osds 3 --osd-size 5G --shards 1 > "$dir/up.log" 2>&1 &
 upid=$!
 wait_cluster "$dir"
 C=(--cluster "$dir/cluster")
@@ -52,7 +53,7 @@ want=$(numfmt --from=iec "$size")
 metric() { # name -> sum over OSDs
   local t s=0
   for t in $targets; do
-    v=$(curl -s --max-time 1 "http://$t/metrics" | awk -v n="$1" '$1 ~ "^"n {s+=$2} END {printf "%d", s}')
+    v=$(curl -s --max-time 1 "http://$t/metrics" | awk -v n="$1" '$1 ~ "^"n {s+=$2} END {printf "%.0f", s}')
     s=$((s + v))
   done
   echo "$s"
@@ -81,9 +82,13 @@ import sys
 t0, first, end, freed, objs = map(float, sys.argv[1:])
 per_osd_mib, per_osd_obj = freed / 3 / 2**20, objs / 3
 for what, t in (("from snap rm", end - t0), ("from the first freed block", end - first)):
+    if t <= 0:
+        continue
     print(f"{what}: {t:.2f} s; per OSD {per_osd_obj:.0f} objects, {per_osd_mib:.0f} MiB: "
           f"{per_osd_obj / t:.0f} objects/s, {per_osd_mib / t:.0f} MiB/s")
 PY
+echo "each OSD's own measure (first trim call to the last):"
+grep -h "snap trim done" "$dir"/cluster/log/osd.*.log | sed 's/^.*INFO //'
 if [ -n "$load" ]; then
   wait "$loadpid"; loadpid=""
   jq -r '"randwrite alone: \(.iops) IOPS"' "$dir/load-alone.json" 2>/dev/null || cat "$dir/load-alone.json"

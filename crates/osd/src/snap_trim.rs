@@ -28,7 +28,7 @@ use std::rc::Rc;
 use std::time::Duration;
 
 use pontoon_store::BlockDevice;
-use pontoon_types::VolumeId;
+use pontoon_types::{BLOCK_SIZE_U64, VolumeId};
 use rustc_hash::FxHashMap;
 
 use crate::map::ShardMap;
@@ -142,6 +142,8 @@ impl<D: BlockDevice + 'static, P: Peers> Shard<D, P> {
 
     async fn snap_trim_loop(self: Rc<Self>) {
         let mut idle = 0u32;
+        // The volume being trimmed: since when, objects and blocks so far.
+        let mut run: Option<(u64, std::time::Instant, u64, u64)> = None;
         loop {
             let next = self
                 .snap_trim
@@ -161,6 +163,9 @@ impl<D: BlockDevice + 'static, P: Peers> Shard<D, P> {
                 }
                 (map.live_snaps(volume).to_vec(), map.snap_seq(volume))
             };
+            if run.is_none_or(|r| r.0 != volume) {
+                run = Some((volume, pontoon_rt::now(), 0, 0));
+            }
             let done = self
                 .store
                 .trim_snaps(VolumeId(volume), &live, seq, BATCH)
@@ -171,6 +176,10 @@ impl<D: BlockDevice + 'static, P: Peers> Shard<D, P> {
                     t.objects.set(t.objects.get() + p.objects);
                     t.clones.set(t.clones.get() + p.clones);
                     t.freed_blocks.set(t.freed_blocks.get() + p.freed_blocks);
+                    if let Some(r) = run.as_mut() {
+                        r.2 += p.objects;
+                        r.3 += p.freed_blocks;
+                    }
                     idle = if p.objects == 0 { idle + 1 } else { 0 };
                     let again = p.more && idle < MAX_IDLE_CALLS;
                     if !again {
@@ -179,8 +188,18 @@ impl<D: BlockDevice + 'static, P: Peers> Shard<D, P> {
                         }
                         idle = 0;
                         t.pending.borrow_mut().remove(&volume);
-                        if p.objects > 0 || p.freed_blocks > 0 {
-                            tracing::debug!(osd = %self.me, shard = self.index, volume, "snap trim done");
+                        if let Some((_, since, objects, blocks)) = run.take()
+                            && objects > 0
+                        {
+                            let secs = pontoon_rt::now()
+                                .saturating_duration_since(since)
+                                .as_secs_f64();
+                            tracing::info!(
+                                osd = %self.me, shard = self.index, volume, objects,
+                                freed_mib = (blocks * BLOCK_SIZE_U64) as f64 / f64::from(1 << 20),
+                                secs,
+                                "snap trim done"
+                            );
                         }
                     }
                     pontoon_rt::sleep(PAUSE).await;
