@@ -206,15 +206,13 @@ impl<D: BlockDevice + 'static, P: Peers> Shard<D, P> {
                 }
                 Err(e) => {
                     let failures = failures + 1;
-                    let mut pending = t.pending.borrow_mut();
                     if failures >= MAX_RETRIES {
                         tracing::warn!(osd = %self.me, volume, "snap trim failed {failures} times, left for the next map: {e}");
-                        pending.remove(&volume);
+                        t.pending.borrow_mut().remove(&volume);
                     } else {
                         tracing::info!(osd = %self.me, volume, "snap trim failed, trying again: {e}");
-                        pending.insert(volume, failures);
+                        t.pending.borrow_mut().insert(volume, failures);
                     }
-                    drop(pending);
                     pontoon_rt::sleep(RETRY).await;
                 }
             }
