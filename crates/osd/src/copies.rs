@@ -261,9 +261,9 @@ impl<D: BlockDevice + 'static, P: Peers> Shard<D, P> {
 
     /// Installs `img` as this OSD's whole copy of `oid`, in one journal
     /// record. A copy the store refuses as too large or malformed is
-    /// counted.
-    /// A copy with clones schedules snap trim of its volume: it may come
-    /// from a member that has not trimmed what this one has.
+    /// counted. A copy with clones the map's snapshots no longer need schedules
+    /// snap trim of its volume: it came from a member that had not
+    /// trimmed yet.
     pub(crate) async fn install_copy(
         self: &Rc<Self>,
         oid: ObjectId,
@@ -275,7 +275,9 @@ impl<D: BlockDevice + 'static, P: Peers> Shard<D, P> {
         };
         match &r {
             Err(StoreError::InvalidArgument(_)) => self.metrics.recovery_refused(),
-            Ok(()) if !img.clones.is_empty() => self.schedule_snap_trim(oid.volume.0),
+            Ok(()) if !img.clones.is_empty() && self.has_dead_clones(oid) => {
+                self.schedule_snap_trim(oid.volume.0)
+            }
             _ => {}
         }
         r

@@ -130,8 +130,18 @@ impl<D: BlockDevice + 'static, P: Peers> Shard<D, P> {
         }
     }
 
+    /// Whether `oid` holds clones that no snapshot of the map reads.
+    pub(crate) fn has_dead_clones(&self, oid: pontoon_types::ObjectId) -> bool {
+        let map = self.map();
+        let volume = oid.volume.0;
+        let trimmed = self
+            .store
+            .snaps_trimmed(oid, map.live_snaps(volume), map.snap_seq(volume));
+        trimmed != self.store.snaps(oid)
+    }
+
     /// Schedules trimming of `volume` (after recovery installed a copy
-    /// with clones that may be dead here).
+    /// with clones that are dead here).
     pub(crate) fn schedule_snap_trim(self: &Rc<Self>, volume: u64) {
         self.snap_trim.pending.borrow_mut().insert(volume, 0);
         if !self.snap_trim.running.replace(true) {
