@@ -10,7 +10,8 @@
 # with and without trim are printed.
 #
 # Usage: bench/snap-trim.sh [--size 1G] [--load] [--dir DIR]
-#        (P=path/to/pontoon to skip the release build)
+#        (P=path/to/pontoon to skip the release build; PONTOON_BENCH_KEEP=1
+#        keeps the OSD files)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . bench/lib.sh
@@ -34,6 +35,8 @@ upid=""; loadpid=""
 cleanup() {
   [ -n "$loadpid" ] && kill "$loadpid" 2>/dev/null
   [ -n "$upid" ] && kill -TERM "$upid" 2>/dev/null && wait "$upid" 2>/dev/null
+  # The OSD files are 15 GiB together: gone on every exit unless asked.
+  [ "${PONTOON_BENCH_KEEP:-}" = 1 ] || rm -f "$dir"/cluster/osd.*.img
   true
 }
 trap cleanup EXIT
