@@ -89,7 +89,8 @@ pub use lease::{Leadership, OsdLease};
 pub use model::{
     ClusterMap, ClusterSettings, DEFAULT_OBJECT_SIZE, FailureDomain, MAX_NAME_LEN,
     MAX_PGS_PER_POOL, NextIds, OsdRecord, OsdReport, PastInterval, PgRecord, PgReport,
-    PgScrubReport, PgState, PoolRecord, ScrubRequest, VolumeRecord, VolumeSpace, is_valid_name,
+    PgScrubReport, PgState, PoolRecord, ScrubRequest, SnapSpaceReport, VolumeRecord, VolumeSpace,
+    is_valid_name,
 };
 pub use model::{NvmeWear, OsdIo};
 pub use pgmap::{PgChanges, PgMapError, recompute, trim_clean_pgs, trim_past_intervals};

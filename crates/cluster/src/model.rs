@@ -727,6 +727,10 @@ pub struct OsdReport {
     /// included until reclaimed. Ascending by volume.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub volumes: Vec<VolumeSpace>,
+    /// Each snapshot's exclusive bytes on this OSD (every copy here), for
+    /// snapshots that hold any. Ascending by volume and snapshot.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub snapshots: Vec<SnapSpaceReport>,
     /// Objects of removed volumes and stray PG copies waiting to be deleted.
     #[serde(default)]
     pub reclaim_pending: u64,
@@ -823,6 +827,21 @@ pub struct VolumeSpace {
     pub objects: u64,
     /// Allocated bytes of those objects (written and not discarded).
     pub bytes: u64,
+    /// Bytes only the volume's snapshots hold (their clones' blocks).
+    #[serde(default, skip_serializing_if = "crate::snapshots::is_zero")]
+    pub snap_bytes: u64,
+}
+
+/// What removing one snapshot would free on one OSD.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SnapSpaceReport {
+    /// The volume.
+    #[serde(with = "ids::volume_id")]
+    pub volume: VolumeId,
+    /// The snapshot id.
+    pub snap: u64,
+    /// Bytes of blocks this snapshot alone holds on this OSD.
+    pub exclusive_bytes: u64,
 }
 
 /// The id counters (`next/osd`, `next/pool`, `next/volume`): the smallest id

@@ -219,7 +219,7 @@ pub struct PoolSpace {
     pub used_ratio: f64,
     /// Provisioned bytes of the pool's volumes.
     pub provisioned_bytes: u64,
-    /// Held by snapshots only (0 until snapshots exist).
+    /// Logical bytes held by its volumes' snapshots only.
     pub snapshot_bytes: u64,
     /// Saved by compression (0 until compression exists).
     pub compression_saved_bytes: u64,
@@ -240,12 +240,30 @@ pub struct VolumeUsage {
     pub provisioned_bytes: u64,
     /// Logical bytes allocated: blocks written and not discarded.
     pub used_bytes: u64,
-    /// Bytes on the OSDs, every copy.
+    /// Bytes on the OSDs, every copy, snapshots' included.
     pub raw_used_bytes: u64,
     /// Logical objects.
     pub objects: u64,
-    /// Held by its snapshots only (0 until snapshots exist).
+    /// Logical bytes only its snapshots hold (clones of overwritten or
+    /// discarded blocks): what removing all of them would free, per copy.
     pub snapshot_bytes: u64,
+    /// `used + snapshot`: the volume's logical footprint with snapshots.
+    pub total_bytes: u64,
+    /// Each snapshot, ascending by id.
+    pub snapshots: Vec<SnapshotUsage>,
+}
+
+/// One snapshot's space, as `rbd du` shows it per snapshot.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct SnapshotUsage {
+    /// Snapshot id.
+    pub id: u64,
+    /// Snapshot name.
+    pub name: String,
+    /// Logical bytes that removing this snapshot alone would free: blocks
+    /// it alone still reads that the volume has since overwritten (0 for
+    /// a snapshot whose blocks are all the head's).
+    pub exclusive_bytes: u64,
 }
 
 /// Computes the space report from the map and the OSDs' latest reports.
@@ -255,7 +273,9 @@ pub fn space_report(map: &ClusterMap, reports: &[OsdReport]) -> SpaceReport {
     let mut raw = RawSpace::default();
     let mut osds = Vec::new();
     // Raw bytes and object copies per volume, over every OSD.
-    let mut held: BTreeMap<VolumeId, (u64, u64)> = BTreeMap::new();
+    let mut held: BTreeMap<VolumeId, (u64, u64, u64)> = BTreeMap::new();
+    // Exclusive bytes per snapshot, over every OSD.
+    let mut exclusive: BTreeMap<(VolumeId, u64), u64> = BTreeMap::new();
     for o in map.osds.values() {
         let r = by_osd.get(&o.id);
         let (data, used, free, journal, pending, reclaimed) = r.map_or((0, 0, 0, 0, 0, 0), |r| {
@@ -274,6 +294,10 @@ pub fn space_report(map: &ClusterMap, reports: &[OsdReport]) -> SpaceReport {
                 let h = held.entry(v.volume).or_default();
                 h.0 += v.bytes;
                 h.1 += v.objects;
+                h.2 += v.snap_bytes;
+            }
+            for sp in &r.snapshots {
+                *exclusive.entry((sp.volume, sp.snap)).or_default() += sp.exclusive_bytes;
             }
             raw.size_bytes += device;
             raw.avail_bytes += free;
@@ -330,20 +354,32 @@ pub fn space_report(map: &ClusterMap, reports: &[OsdReport]) -> SpaceReport {
             continue;
         };
         let copies = u64::from(pool.size.max(1));
-        let (bytes, objects) = held.get(&v.id).copied().unwrap_or_default();
+        let (bytes, objects, snap_bytes) = held.get(&v.id).copied().unwrap_or_default();
+        let snapshots = v
+            .snapshots
+            .iter()
+            .map(|s| SnapshotUsage {
+                id: s.id,
+                name: s.name.clone(),
+                exclusive_bytes: exclusive.get(&(v.id, s.id)).copied().unwrap_or(0) / copies,
+            })
+            .collect();
         let u = VolumeUsage {
             name: v.name.clone(),
             id: v.id.0,
             pool: pool.name.clone(),
             provisioned_bytes: v.size_bytes,
             used_bytes: bytes / copies,
-            raw_used_bytes: bytes,
+            raw_used_bytes: bytes + snap_bytes,
             objects: objects.div_ceil(copies),
-            snapshot_bytes: 0,
+            snapshot_bytes: snap_bytes / copies,
+            total_bytes: (bytes + snap_bytes) / copies,
+            snapshots,
         };
         pool.stored_bytes += u.used_bytes;
         pool.objects += u.objects;
         pool.raw_used_bytes += u.raw_used_bytes;
+        pool.snapshot_bytes += u.snapshot_bytes;
         pool.provisioned_bytes += u.provisioned_bytes;
         volumes.push(u);
     }
@@ -453,9 +489,48 @@ mod tests {
                 volume: VolumeId(1),
                 objects: 128,
                 bytes: used,
+                snap_bytes: 0,
             }],
             ..Default::default()
         }
+    }
+
+    #[test]
+    fn snapshot_space_counts_one_copy_per_snapshot_and_in_the_total() {
+        let mut m = map();
+        let v = m.volumes.get_mut(&VolumeId(1)).unwrap();
+        v.snap_seq = 2;
+        for (id, name) in [(1, "a"), (2, "b")] {
+            v.snapshots.push(crate::SnapshotRecord {
+                id,
+                name: name.into(),
+                created_unix: 0,
+                size_bytes: v.size_bytes,
+                protected: false,
+            });
+        }
+        let reports: Vec<OsdReport> = (0..3)
+            .map(|i| {
+                let mut r = report(i, 96 * MIB);
+                r.volumes[0].bytes = 64 * MIB;
+                r.volumes[0].snap_bytes = 32 * MIB;
+                r.snapshots = vec![crate::SnapSpaceReport {
+                    volume: VolumeId(1),
+                    snap: 1,
+                    exclusive_bytes: 24 * MIB,
+                }];
+                r
+            })
+            .collect();
+        let s = space_report(&m, &reports);
+        let u = &s.volumes[0];
+        assert_eq!(u.used_bytes, 64 * MIB);
+        assert_eq!(u.snapshot_bytes, 32 * MIB);
+        assert_eq!(u.total_bytes, 96 * MIB);
+        assert_eq!(u.raw_used_bytes, 3 * 96 * MIB);
+        assert_eq!(u.snapshots[0].exclusive_bytes, 24 * MIB);
+        assert_eq!(u.snapshots[1].exclusive_bytes, 0, "shared with the head");
+        assert_eq!(s.pools[0].snapshot_bytes, 32 * MIB);
     }
 
     #[test]

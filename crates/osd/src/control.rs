@@ -9,7 +9,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use pontoon_cluster::{ClusterMap, OsdIo, OsdReport, VolumeSpace};
+use pontoon_cluster::{ClusterMap, OsdIo, OsdReport, SnapSpaceReport, VolumeSpace};
 use pontoon_types::{BLOCK_SIZE_U64, Epoch, OsdId, VolumeId};
 
 use crate::daemon::{in_any_interval, pg_reports};
@@ -181,6 +181,7 @@ async fn report<S: MapSource>(
     let mut pgs = Vec::new();
     let mut unreachable = BTreeSet::new();
     let mut volumes: BTreeMap<VolumeId, VolumeSpace> = BTreeMap::new();
+    let mut snaps: BTreeMap<(VolumeId, u64), u64> = BTreeMap::new();
     let mut r = OsdReport {
         osd: me,
         epoch: map.epoch,
@@ -191,6 +192,7 @@ async fn report<S: MapSource>(
         free_bytes: 0,
         journal_bytes: 0,
         volumes: Vec::new(),
+        snapshots: Vec::new(),
         reclaim_pending: 0,
         reclaimed_objects: 0,
         checksum_errors: 0,
@@ -220,14 +222,29 @@ async fn report<S: MapSource>(
                 volume: *volume,
                 objects: 0,
                 bytes: 0,
+                snap_bytes: 0,
             });
             v.objects += u.objects;
             v.bytes += u.blocks * BLOCK_SIZE_U64;
+            v.snap_bytes += u.snap_blocks * BLOCK_SIZE_U64;
+        }
+        for (volume, spaces) in &s.snaps {
+            for sp in spaces {
+                *snaps.entry((*volume, sp.id)).or_default() += sp.exclusive_blocks * BLOCK_SIZE_U64;
+            }
         }
     }
     r.pgs = pgs;
     r.unreachable = unreachable.into_iter().collect();
     r.volumes = volumes.into_values().collect();
+    r.snapshots = snaps
+        .into_iter()
+        .map(|((volume, snap), exclusive_bytes)| SnapSpaceReport {
+            volume,
+            snap,
+            exclusive_bytes,
+        })
+        .collect();
     let now = source.now();
     let due = last.as_ref().is_none_or(|(prev, at)| {
         differs_beyond_io(prev, &r) || now.saturating_duration_since(*at) >= REPORT_REFRESH

@@ -261,9 +261,11 @@ impl<D: BlockDevice + 'static, P: Peers> Shard<D, P> {
 
     /// Installs `img` as this OSD's whole copy of `oid`, in one journal
     /// record. A copy the store refuses as too large or malformed is
-    /// counted.
+    /// counted. A copy with clones the map's snapshots no longer need schedules
+    /// snap trim of its volume: it came from a member that had not
+    /// trimmed yet.
     pub(crate) async fn install_copy(
-        &self,
+        self: &Rc<Self>,
         oid: ObjectId,
         img: &SnapImage,
     ) -> Result<(), StoreError> {
@@ -271,8 +273,12 @@ impl<D: BlockDevice + 'static, P: Peers> Shard<D, P> {
             (Some(head), false) => self.store.replace(oid, img.version, head).await,
             _ => self.store.replace_snaps(oid, img).await,
         };
-        if let Err(StoreError::InvalidArgument(_)) = &r {
-            self.metrics.recovery_refused();
+        match &r {
+            Err(StoreError::InvalidArgument(_)) => self.metrics.recovery_refused(),
+            Ok(()) if !img.clones.is_empty() && self.has_dead_clones(oid) => {
+                self.schedule_snap_trim(oid.volume.0)
+            }
+            _ => {}
         }
         r
     }

@@ -37,6 +37,7 @@ pub mod reclaim;
 mod replica;
 pub mod scrub;
 pub mod shard;
+pub mod snap_trim;
 mod snaps;
 #[doc(hidden)]
 pub mod testkit;

@@ -58,6 +58,9 @@ pub struct ShardMap {
     /// Snapshot sequence of each volume that has one above 0 (see
     /// [`crate::snaps`]); a volume not listed is at 0.
     pub snap_seqs: FxHashMap<u64, u64>,
+    /// Ids of the snapshots that exist, ascending, of each volume that has
+    /// any (a volume not listed has none): what snap trim keeps.
+    pub snaps: FxHashMap<u64, Vec<u64>>,
     /// The smallest volume id not yet handed out: an id below it that
     /// `volumes` lacks belongs to a removed volume (0: none is known).
     pub next_volume: u64,
@@ -119,6 +122,11 @@ impl ShardMap {
     /// The snapshot sequence of volume `volume` in this map (0: none taken).
     pub fn snap_seq(&self, volume: u64) -> u64 {
         self.snap_seqs.get(&volume).copied().unwrap_or(0)
+    }
+
+    /// The ids of volume `volume`'s snapshots in this map, ascending.
+    pub fn live_snaps(&self, volume: u64) -> &[u64] {
+        self.snaps.get(&volume).map_or(&[], Vec::as_slice)
     }
 
     /// How full the manager last found `osd`.

@@ -265,7 +265,7 @@ fn add_store_metrics(e: &mut Exposition, id: &str, device_bytes: u64, reports: &
     let total = |f: &dyn Fn(&ShardReport) -> u64| reports.iter().map(f).sum::<u64>();
     let user_written = total(&|r| r.stats.user_bytes_written);
     let device_written = total(&|r| r.stats.device_bytes_written);
-    let counters: [(&str, &str, u64); 9] = [
+    let counters: [(&str, &str, u64); 12] = [
         (
             "pontoon_osd_user_written_bytes_total",
             "Bytes the OSD's stores were asked to write (client, replica and recovery writes).",
@@ -312,6 +312,21 @@ fn add_store_metrics(e: &mut Exposition, id: &str, device_bytes: u64, reports: &
             "Objects of removed volumes and stray copies deleted.",
             total(&|r| r.reclaim.deleted_objects),
         ),
+        (
+            "pontoon_osd_snap_trim_objects_total",
+            "Objects whose clones of removed snapshots snap trim removed.",
+            total(&|r| r.snap_trim.trimmed_objects),
+        ),
+        (
+            "pontoon_osd_snap_trim_clones_total",
+            "Clones of removed snapshots snap trim removed.",
+            total(&|r| r.snap_trim.trimmed_clones),
+        ),
+        (
+            "pontoon_osd_snap_trim_freed_bytes_total",
+            "Bytes of data blocks snap trim freed (held only by removed snapshots).",
+            total(&|r| r.snap_trim.freed_blocks) * pontoon_types::BLOCK_SIZE_U64,
+        ),
     ];
     for (name, help, v) in counters {
         e.counter(name, help, l(), v);
@@ -342,7 +357,7 @@ fn add_store_metrics(e: &mut Exposition, id: &str, device_bytes: u64, reports: &
     );
     let journal = total(&|r| r.stats.journal_bytes);
     let journal_used = total(&|r| r.stats.journal_used_bytes);
-    let gauges: [(&str, &str, u64); 9] = [
+    let gauges: [(&str, &str, u64); 10] = [
         (
             "pontoon_osd_device_size_bytes",
             "Size of the OSD's data device.",
@@ -382,6 +397,11 @@ fn add_store_metrics(e: &mut Exposition, id: &str, device_bytes: u64, reports: &
             "pontoon_osd_reclaim_pending_objects",
             "Objects of removed volumes and stray copies still to delete.",
             total(&|r| r.reclaim.pending_objects),
+        ),
+        (
+            "pontoon_osd_snap_trim_pending_volumes",
+            "Volumes snap trim still has to look at, summed over the OSD's shards.",
+            total(&|r| r.snap_trim.pending_volumes),
         ),
         (
             "pontoon_osd_shards",

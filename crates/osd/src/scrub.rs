@@ -8,7 +8,10 @@
 //! object in 256 KiB pieces, and of the snapshot metadata (sequence, and
 //! each clone's id, completeness, blocks and holes). Clone contents are
 //! not read: a clone block that fails its checksum is found, and repaired
-//! from a replica, when a snapshot read reaches it. One object at a time,
+//! from a replica, when a snapshot read reaches it. Clones are compared as
+//! they will be once snap trim has run with the member's map
+//! ([`pontoon_store::Store::snaps_trimmed`]), so a member that trimmed a
+//! removed snapshot earlier than its peers is not found inconsistent. One object at a time,
 //! under its lock (client writes to it wait for the comparison, nothing
 //! else does), with a pause after each object three times as long as the
 //! object took, so a scrub takes at most a quarter of the time a shard has.
@@ -176,7 +179,14 @@ impl<D: BlockDevice + 'static, P: Peers> Shard<D, P> {
             });
         };
         let ranges = self.store.allocated(oid);
-        let snaps = self.store.snaps(oid);
+        // Clones as they will be once trimmed by this map: a member that
+        // trimmed earlier than another holds the same.
+        let snaps = {
+            let map = self.map();
+            let volume = oid.volume.0;
+            self.store
+                .snaps_trimmed(oid, map.live_snaps(volume), map.snap_seq(volume))
+        };
         let clone_blocks: u64 = snaps.iter().flat_map(|s| &s.clones).map(|c| c.blocks).sum();
         let blocks = ranges
             .iter()

@@ -10,7 +10,7 @@ use pontoon_buf::AlignedBuf;
 use pontoon_metrics::Op;
 use pontoon_net::{Frame, Handler, Peer};
 use pontoon_proto::{Message, Reply, Role, Status};
-use pontoon_store::{BlockDevice, Store, StoreError, StoreStats, VolumeUsage};
+use pontoon_store::{BlockDevice, SnapSpace, Store, StoreError, StoreStats, VolumeUsage};
 use pontoon_types::{Epoch, OsdId, PgId, VolumeId};
 use rustc_hash::FxHashMap;
 
@@ -25,6 +25,7 @@ use crate::peers::Peers;
 use crate::pg::{Pg, Phase};
 use crate::reclaim::{Reclaim, ReclaimProgress};
 use crate::scrub::{PgScrub, ScrubBook};
+use crate::snap_trim::{SnapTrim, SnapTrimProgress};
 
 /// Objects recovered at once per shard unless the map says otherwise
 /// (`recovery_max_active`): recovery must not starve client I/O.
@@ -54,12 +55,28 @@ pub struct Shard<D: BlockDevice, P: Peers> {
     generation: Cell<u64>,
     /// Deleting objects of removed volumes and stray PG copies.
     pub(crate) reclaim: Reclaim,
+    /// Freeing what only removed snapshots held.
+    pub(crate) snap_trim: SnapTrim,
+    /// The last exclusive space per snapshot computed for reports.
+    snap_space: RefCell<SnapSpaceCache>,
     /// Scrub stamps and findings per PG.
     pub(crate) scrub: ScrubBook,
     /// Deliberately broken replication, for the simulator's self-test.
     pub(crate) broken_ack: Cell<bool>,
     /// What the shard counts for the OSD's metrics (this thread writes them).
     pub(crate) metrics: Arc<ShardMetrics>,
+}
+
+/// Exclusive snapshot space is recomputed at most this often.
+const SNAP_SPACE_EVERY: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// What [`Shard::report`] last computed of snapshot space, and from what.
+#[derive(Default)]
+struct SnapSpaceCache {
+    epoch: Epoch,
+    key: Vec<(VolumeId, u64)>,
+    at: Option<std::time::Instant>,
+    value: Vec<(VolumeId, Vec<SnapSpace>)>,
 }
 
 /// One PG's state for reports.
@@ -94,8 +111,12 @@ pub struct ShardReport {
     pub stats: StoreStats,
     /// Objects and allocated blocks per volume in its store.
     pub volumes: Vec<(VolumeId, VolumeUsage)>,
+    /// Exclusive space of each live snapshot, per volume that has any.
+    pub snaps: Vec<(VolumeId, Vec<SnapSpace>)>,
     /// How far deleting garbage has got.
     pub reclaim: ReclaimProgress,
+    /// What snap trim has done and has left.
+    pub snap_trim: SnapTrimProgress,
     /// Why its store stopped accepting writes, if it did.
     pub store_failure: Option<String>,
     /// Peers that have not answered its heartbeats within the grace.
@@ -148,6 +169,8 @@ impl<D: BlockDevice + 'static, P: Peers> Shard<D, P> {
             heartbeats: Heartbeats::default(),
             generation: Cell::new(0),
             reclaim: Reclaim::default(),
+            snap_trim: SnapTrim::default(),
+            snap_space: RefCell::new(SnapSpaceCache::default()),
             scrub: ScrubBook::default(),
             broken_ack: Cell::new(false),
             metrics,
@@ -195,14 +218,47 @@ impl<D: BlockDevice + 'static, P: Peers> Shard<D, P> {
 
     /// What the control loop needs to know of this shard.
     pub fn report(&self) -> ShardReport {
+        let volumes = self.store.volume_usage();
         ShardReport {
             pgs: self.pg_status(),
             stats: self.store.stats(),
-            volumes: self.store.volume_usage(),
+            snaps: self.snap_space(&volumes),
+            volumes,
             reclaim: self.reclaim.progress(),
+            snap_trim: self.snap_trim.progress(),
             store_failure: self.store.failure(),
             unreachable: self.heartbeats.unreachable(pontoon_rt::now()),
         }
+    }
+
+    /// Exclusive space per live snapshot of the volumes whose clones hold
+    /// blocks, recomputed (one pass over those volumes' objects) when the
+    /// map or the clone block counts changed, at most once per
+    /// [`SNAP_SPACE_EVERY`].
+    fn snap_space(&self, volumes: &[(VolumeId, VolumeUsage)]) -> Vec<(VolumeId, Vec<SnapSpace>)> {
+        let map = self.map();
+        let key: Vec<(VolumeId, u64)> = volumes
+            .iter()
+            .filter(|(v, u)| u.snap_blocks > 0 && !map.live_snaps(v.0).is_empty())
+            .map(|(v, u)| (*v, u.snap_blocks))
+            .collect();
+        let now = pontoon_rt::now();
+        let mut cache = self.snap_space.borrow_mut();
+        let stale = cache.epoch != map.epoch || cache.key != key;
+        let due = cache
+            .at
+            .is_none_or(|at| now.saturating_duration_since(at) >= SNAP_SPACE_EVERY);
+        if stale && due {
+            cache.value = key
+                .iter()
+                .map(|(v, _)| (*v, self.store.snap_space(*v, map.live_snaps(v.0))))
+                .filter(|(_, s)| !s.is_empty())
+                .collect();
+            cache.key = key;
+            cache.epoch = map.epoch;
+            cache.at = Some(now);
+        }
+        cache.value.clone()
     }
 
     /// Installs a new map: PGs whose acting set changed start a new interval
@@ -253,6 +309,7 @@ impl<D: BlockDevice + 'static, P: Peers> Shard<D, P> {
             pontoon_rt::spawn(async move { shard.peer_loop(id, g).await });
         }
         self.want_reclaim();
+        self.want_snap_trim(&map);
         self.start_scrubbing();
     }
 

@@ -29,6 +29,11 @@ pub fn shard_map(map: &ClusterMap) -> ShardMap {
         if v.snap_seq > 0 {
             m.snap_seqs.insert(id.0, v.snap_seq);
         }
+        if !v.snapshots.is_empty() {
+            let mut ids: Vec<u64> = v.snapshots.iter().map(|s| s.id).collect();
+            ids.sort_unstable();
+            m.snaps.insert(id.0, ids);
+        }
     }
     for (id, o) in &map.osds {
         m.addrs.insert(*id, o.addrs.clone());

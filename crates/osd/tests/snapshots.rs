@@ -66,6 +66,8 @@ fn map_with(
         m.volumes.insert(VOLUME, POOL);
         if seq > 0 {
             m.snap_seqs.insert(VOLUME, seq);
+            // Every snapshot taken is kept (none is removed here).
+            m.snaps.insert(VOLUME, (1..=seq).collect());
         }
     }
     for (id, a) in addrs {

@@ -115,16 +115,26 @@ pub fn render_df(s: &SpaceReport) -> String {
     out.push(String::new());
     out.push("--- POOLS ---".to_string());
     out.push(format!(
-        "{:<16} {:>4} {:>4} {:>12} {:>9} {:>12} {:>7} {:>12} {:>12}",
-        "POOL", "ID", "SIZE", "STORED", "OBJECTS", "USED", "%USED", "MAX AVAIL", "PROVISIONED"
+        "{:<16} {:>4} {:>4} {:>12} {:>12} {:>9} {:>12} {:>7} {:>12} {:>12}",
+        "POOL",
+        "ID",
+        "SIZE",
+        "STORED",
+        "SNAPSHOTS",
+        "OBJECTS",
+        "USED",
+        "%USED",
+        "MAX AVAIL",
+        "PROVISIONED"
     ));
     for p in &s.pools {
         out.push(format!(
-            "{:<16} {:>4} {:>4} {:>12} {:>9} {:>12} {:>7} {:>12} {:>12}",
+            "{:<16} {:>4} {:>4} {:>12} {:>12} {:>9} {:>12} {:>7} {:>12} {:>12}",
             p.name,
             p.id,
             p.size,
             format_size(p.stored_bytes),
+            format_size(p.snapshot_bytes),
             p.objects,
             format_size(p.raw_used_bytes),
             pct(p.used_ratio),
@@ -143,29 +153,54 @@ pub fn render_df(s: &SpaceReport) -> String {
 
 /// `pontoon du` as text.
 pub fn render_du(vols: &[VolumeUsage]) -> String {
+    let line = |name: &str, pool: &str, cols: [u64; 5]| {
+        format!(
+            "{name:<24} {pool:<16} {:>12} {:>12} {:>12} {:>12} {:>12}",
+            format_size(cols[0]),
+            format_size(cols[1]),
+            format_size(cols[2]),
+            format_size(cols[3]),
+            format_size(cols[4])
+        )
+    };
     let mut out = vec![format!(
-        "{:<24} {:<16} {:>12} {:>12} {:>12}",
-        "NAME", "POOL", "PROVISIONED", "USED", "RAW USED"
+        "{:<24} {:<16} {:>12} {:>12} {:>12} {:>12} {:>12}",
+        "NAME", "POOL", "PROVISIONED", "USED", "SNAPSHOTS", "TOTAL", "RAW USED"
     )];
     for v in vols {
-        out.push(format!(
-            "{:<24} {:<16} {:>12} {:>12} {:>12}",
-            v.name,
-            v.pool,
-            format_size(v.provisioned_bytes),
-            format_size(v.used_bytes),
-            format_size(v.raw_used_bytes)
+        out.push(line(
+            &v.name,
+            &v.pool,
+            [
+                v.provisioned_bytes,
+                v.used_bytes,
+                v.snapshot_bytes,
+                v.total_bytes,
+                v.raw_used_bytes,
+            ],
         ));
+        for s in &v.snapshots {
+            out.push(format!(
+                "  @{:<21} {:<16} {:>12} {:>12}",
+                s.name,
+                "",
+                "",
+                format_size(s.exclusive_bytes)
+            ));
+        }
     }
     if vols.len() > 1 {
         let sum = |f: fn(&VolumeUsage) -> u64| vols.iter().map(f).sum::<u64>();
-        out.push(format!(
-            "{:<24} {:<16} {:>12} {:>12} {:>12}",
+        out.push(line(
             "<TOTAL>",
             "",
-            format_size(sum(|v| v.provisioned_bytes)),
-            format_size(sum(|v| v.used_bytes)),
-            format_size(sum(|v| v.raw_used_bytes))
+            [
+                sum(|v| v.provisioned_bytes),
+                sum(|v| v.used_bytes),
+                sum(|v| v.snapshot_bytes),
+                sum(|v| v.total_bytes),
+                sum(|v| v.raw_used_bytes),
+            ],
         ));
     }
     out.join("\n")

@@ -10,6 +10,7 @@ use std::time::Duration;
 use anyhow::{Result, bail};
 use clap::{Args, Subcommand};
 use pontoon_cluster::auth::format_unix;
+use pontoon_cluster::space::space_report;
 use pontoon_cluster::{MapStore, SnapshotRecord, is_valid_name, parse_snap_spec};
 use pontoon_types::format_size;
 
@@ -61,6 +62,16 @@ enum SnapCmd {
     /// Return a volume's data (and size) to a snapshot. Refused while a
     /// gateway has the volume open, unless --force.
     Rollback(crate::cmd_rollback::RollbackArgs),
+}
+
+/// One line of `snap ls --json`: the snapshot's record and its space.
+#[derive(serde::Serialize)]
+struct SnapshotRow<'a> {
+    #[serde(flatten)]
+    record: &'a SnapshotRecord,
+    /// Logical bytes removing this snapshot alone would free, from the
+    /// OSDs' latest reports.
+    exclusive_bytes: u64,
 }
 
 /// Creates snapshot `snap` of `volume` and waits (bounded) until every
@@ -121,23 +132,48 @@ pub fn run(args: SnapArgs) -> Result<()> {
                 let Some(v) = map.volume_by_name(&volume) else {
                     bail!("volume {volume} not found");
                 };
+                let space = space_report(&map, &store.reports().await?);
+                let usage = space.volumes.iter().find(|u| u.id == v.id.0);
+                let exclusive = |id: u64| {
+                    usage
+                        .and_then(|u| u.snapshots.iter().find(|s| s.id == id))
+                        .map_or(0, |s| s.exclusive_bytes)
+                };
+                let rows: Vec<SnapshotRow> = v
+                    .snapshots
+                    .iter()
+                    .map(|s| SnapshotRow {
+                        record: s,
+                        exclusive_bytes: exclusive(s.id),
+                    })
+                    .collect();
                 if json {
-                    println!("{}", serde_json::to_string_pretty(&v.snapshots)?);
+                    println!("{}", serde_json::to_string_pretty(&rows)?);
                 } else if v.snapshots.is_empty() {
                     println!("volume {volume} has no snapshots");
                 } else {
                     println!(
-                        "{:>5} {:<24} {:>12} {:<21} PROTECTED",
-                        "ID", "NAME", "SIZE", "CREATED"
+                        "{:>5} {:<24} {:>12} {:>12} {:<21} PROTECTED",
+                        "ID", "NAME", "SIZE", "EXCLUSIVE", "CREATED"
                     );
-                    for s in &v.snapshots {
+                    for r in &rows {
+                        let s = r.record;
                         println!(
-                            "{:>5} {:<24} {:>12} {:<21} {}",
+                            "{:>5} {:<24} {:>12} {:>12} {:<21} {}",
                             s.id,
                             s.name,
                             format_size(s.size_bytes),
+                            format_size(r.exclusive_bytes),
                             format_unix(s.created_unix),
                             if s.protected { "yes" } else { "no" }
+                        );
+                    }
+                    if let Some(u) = usage {
+                        println!(
+                            "volume {volume}: {} used, {} held only by snapshots, {} in all",
+                            format_size(u.used_bytes),
+                            format_size(u.snapshot_bytes),
+                            format_size(u.total_bytes)
                         );
                     }
                 }

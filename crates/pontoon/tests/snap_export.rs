@@ -293,7 +293,7 @@ fn exports_match_nbdcopy_and_diffs_rebuild_the_second_snapshot_from_the_first() 
     std::fs::write(path("corrupt"), &bad).expect("write corrupt");
     std::fs::write(path("junk"), b"not a diff").expect("write junk");
     let volumes = volume_records(&dir);
-    let w_snaps = ok(&dir, &["snap", "ls", "w", "--json"]);
+    let w_snaps = snap_records(&dir, "w");
     let cases: Vec<(Vec<String>, &str)> = vec![
         (
             vec![
@@ -430,7 +430,7 @@ fn exports_match_nbdcopy_and_diffs_rebuild_the_second_snapshot_from_the_first() 
         assert!(!Path::new(&path("x.raw")).exists() && !Path::new(&path("x.diff")).exists());
         assert_eq!(volume_records(&dir), volumes, "{args:?}");
     }
-    assert_eq!(ok(&dir, &["snap", "ls", "w", "--json"]), w_snaps);
+    assert_eq!(snap_records(&dir, "w"), w_snaps);
     assert!(ok(&dir, &["snap", "ls", "w3"]).contains("no snapshots"));
     wait_export(port, "w3");
     qemu_io_ok(port, "w3", true, &["read -P 0 0 256M"]);

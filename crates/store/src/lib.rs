@@ -32,6 +32,7 @@ pub mod probe;
 mod record;
 mod signal;
 mod snap_ops;
+mod snap_space;
 mod snaps;
 mod state;
 mod stats;
@@ -48,5 +49,6 @@ pub use open::read_header;
 pub use snap_ops::{
     CloneImage, CloneInfo, DiffExtent, HEAD, SnapImage, SnapInfo, SnapUsage, TrimProgress,
 };
+pub use snap_space::SnapSpace;
 pub use stats::{LatencySummary, StoreStats, VolumeUsage, latency_histogram};
 pub use store::{BackgroundTask, ObjectImage, ReadOutput, Store};

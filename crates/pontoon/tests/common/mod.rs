@@ -441,3 +441,17 @@ pub fn volume_records(dir: &Path) -> serde_json::Value {
     }
     v
 }
+
+/// `snap ls VOLUME --json` without `exclusive_bytes`, which moves on its
+/// own as the OSDs report their space: what a refused command must not
+/// change.
+pub fn snap_records(dir: &Path, volume: &str) -> serde_json::Value {
+    let mut v: serde_json::Value =
+        serde_json::from_str(&ok(dir, &["snap", "ls", volume, "--json"])).expect("snap ls json");
+    for rec in v.as_array_mut().expect("an array") {
+        if let Some(o) = rec.as_object_mut() {
+            o.remove("exclusive_bytes");
+        }
+    }
+    v
+}
