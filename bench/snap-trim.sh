@@ -36,7 +36,7 @@ cleanup() {
   [ -n "$loadpid" ] && kill "$loadpid" 2>/dev/null
   [ -n "$upid" ] && kill -TERM "$upid" 2>/dev/null && wait "$upid" 2>/dev/null
   # The OSD files are 15 GiB together: gone on every exit unless asked.
-  [ "${PONTOON_BENCH_KEEP:-}" = 1 ] || rm -f "$dir"/cluster/osd.*.img
+  drop_osd_images "$dir"
   true
 }
 trap cleanup EXIT

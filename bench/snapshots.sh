@@ -33,8 +33,8 @@
 #                           [--keep] [--profile release|ci]
 # Each OSD holds every volume and snapshot (size 3 on 3 OSDs): about 20x
 # --size, so --osd-size must be well over that. The OSD files are removed
-# at exit unless --keep (or PONTOON_BENCH_KEEP=1, as bench/lib.sh's
-# drop_osd_images on main). (CARGO_TARGET_DIR is honoured.)
+# at exit unless --keep (or PONTOON_BENCH_KEEP=1). CARGO_TARGET_DIR is
+# honoured.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . bench/lib.sh
@@ -66,7 +66,7 @@ up_pid=""; load_pid=""
 cleanup() {
   [ -n "$load_pid" ] && kill -TERM "$load_pid" 2>/dev/null && wait "$load_pid" 2>/dev/null
   [ -n "$up_pid" ] && kill -TERM "$up_pid" 2>/dev/null && wait "$up_pid" 2>/dev/null
-  [ -n "$keep" ] || [ -n "${PONTOON_BENCH_KEEP:-}" ] || rm -f "$dir"/cluster/osd.*.img
+  [ -n "$keep" ] || drop_osd_images "$dir"
   true
 }
 trap cleanup EXIT
