@@ -286,11 +286,14 @@ pub fn assess(map: &ClusterMap, reports: &[OsdReport], ctx: &Context) -> Health 
                 unavailable.push(format!("pg {} is {}", r.pg, r.state.as_str()))
             }
             PgState::Degraded | PgState::Recovering => degraded.push(format!(
-                "pg {} is {}: {} objects degraded, {} missing",
+                "pg {} is {}: {} objects degraded, {} missing{}",
                 r.pg,
                 r.state.as_str(),
                 r.degraded_objects,
-                r.missing_objects
+                r.missing_objects,
+                r.note
+                    .as_ref()
+                    .map_or_else(String::new, |n| format!("; {n}"))
             )),
             PgState::Active | PgState::ActiveClean => {}
         }
@@ -522,6 +525,7 @@ mod tests {
         let mut r = report(&[PgState::Recovering, PgState::ActiveClean]);
         r.pgs[1].scrub.unrecoverable_objects = 1;
         r.pgs[1].scrub.unrecoverable = vec!["v1.7".into()];
+        r.pgs[0].note = Some("recovery of v1.3 fails: too large".into());
         let c = Context {
             standby_managers: Some(0),
             clock_skews: vec![
@@ -555,6 +559,11 @@ mod tests {
         assert!(text.contains("osd.1's clock is -2.500 s"), "{text}");
         assert!(!text.contains("osd.0's clock"), "{text}");
         assert!(text.contains("2 objects degraded"), "{text}");
+        // Why a recovery keeps failing is part of the degraded PG's line.
+        assert!(
+            text.contains("0 missing; recovery of v1.3 fails: too large"),
+            "{text}"
+        );
     }
 
     #[test]

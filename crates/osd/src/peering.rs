@@ -345,7 +345,19 @@ impl<D: BlockDevice + 'static, P: Peers> Shard<D, P> {
             let slot = self.recovery.acquire(0).await;
             tracing::debug!(%pg, %oid, "recovery: waiting for the object lock");
             let guard = self.locks.lock(oid).await;
-            match self.recover_object(pg, generation, oid).await {
+            let result = self.recover_object(pg, generation, oid).await;
+            if let Some(p) = self
+                .pgs
+                .borrow_mut()
+                .get_mut(&pg)
+                .filter(|p| p.generation == generation)
+            {
+                match &result {
+                    Ok(()) => p.failing.remove(&oid),
+                    Err(why) => p.failing.insert(oid, why.clone()),
+                };
+            }
+            match result {
                 Ok(()) => tracing::debug!(%pg, %oid, "recovered"),
                 Err(why) => tracing::warn!(%pg, %oid, "recovery failed: {why}"),
             }

@@ -98,6 +98,11 @@ pub struct Pg {
     pub waiting: Option<String>,
     /// The flag background recovery is paused by, if it is.
     pub paused: Option<Paused>,
+    /// Objects whose last recovery attempt in this interval failed, and
+    /// why (bounded by `missing`: an entry goes when its object recovers
+    /// or is no longer missing). Shown in the PG's status so that a
+    /// recovery that keeps failing says why.
+    pub failing: BTreeMap<ObjectId, String>,
     /// Bumped whenever the interval changes, so tasks of an older one stop.
     pub generation: u64,
     /// Fires when this life of the PG ends.
@@ -105,6 +110,24 @@ pub struct Pg {
 }
 
 impl Pg {
+    /// What keeps failing in recovery, in words, if anything does.
+    pub fn failing_note(&self) -> Option<String> {
+        let (oid, why) = self
+            .failing
+            .iter()
+            .find(|(o, _)| self.missing.contains_key(o))?;
+        let n = self
+            .failing
+            .keys()
+            .filter(|o| self.missing.contains_key(o))
+            .count();
+        let more = match n {
+            1 => String::new(),
+            n => format!(" (and {} more objects)", n - 1),
+        };
+        Some(format!("recovery of {oid} fails: {why}{more}"))
+    }
+
     /// A PG entering interval `entry.interval`.
     pub fn new(id: PgId, entry: PgEntry, params: PoolParams, me: OsdId, generation: u64) -> Self {
         let phase = phase_for(&entry, me);
@@ -122,6 +145,7 @@ impl Pg {
             recovering: false,
             waiting: None,
             paused: None,
+            failing: BTreeMap::new(),
             generation,
             end: IntervalEnd::new(),
         }

@@ -328,7 +328,8 @@ impl<D: BlockDevice + 'static, P: Peers> Shard<D, P> {
                     _ => pg
                         .waiting
                         .clone()
-                        .or_else(|| pg.paused.map(|p| p.note().to_string())),
+                        .or_else(|| pg.paused.map(|p| p.note().to_string()))
+                        .or_else(|| pg.failing_note()),
                 },
                 objects: pg.objects,
                 degraded: pg.degraded(),

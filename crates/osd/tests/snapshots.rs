@@ -900,6 +900,14 @@ fn an_object_too_large_for_one_copy_stays_missing_and_is_never_lost() {
         .expect("the big object's PG has an active primary");
     assert_eq!(big_status.missing, 1, "{big_status:?}");
     assert_ne!(big_status.state, "active+clean");
+    // The PG's status (what OSDs report, and health shows) says why its
+    // recovery does not finish.
+    let detail = big_status.detail.as_deref().unwrap_or_default();
+    assert!(
+        detail.contains(&format!("recovery of {big} fails"))
+            && detail.contains("more than one message carries"),
+        "{big_status:?}"
+    );
     for s in statuses
         .iter()
         .filter(|s| s.state.starts_with("active") && s.pg != big_pg)
