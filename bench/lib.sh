@@ -28,3 +28,17 @@ drop_osd_images() {
   [ -n "${PONTOON_BENCH_KEEP:-}" ] || find "$1" -name 'osd.*.img' -type f -delete 2>/dev/null
   true
 }
+
+# Waits (at most a minute) until every PG of the cluster is active+clean:
+# wait_clean PONTOON --cluster DIR
+wait_clean() {
+  local p=$1; shift
+  for _ in $(seq 600); do
+    "$p" status --json "$@" 2>/dev/null | python3 -c '
+import json, sys
+s = json.load(sys.stdin)["pgs"]["states"]
+sys.exit(0 if s and s.get("active+clean") == sum(s.values()) else 1)' && return 0
+    sleep 0.1
+  done
+  echo "PGs not active+clean" >&2; return 1
+}

@@ -78,16 +78,7 @@ up_pid=$!
 wait_cluster "$dir"
 C=(--cluster "$dir/cluster")
 "$P" pool create p --size 3 --min-size 2 --pgs 64 --failure-domain osd "${C[@]}" >/dev/null
-clean() { # waits until every PG is active+clean
-  for _ in $(seq 600); do
-    "$P" status --json "${C[@]}" 2>/dev/null | python3 -c '
-import json, sys
-s = json.load(sys.stdin)["pgs"]["states"]
-sys.exit(0 if s and s.get("active+clean") == sum(s.values()) else 1)' && return 0
-    sleep 0.1
-  done
-  echo "PGs not active+clean" >&2; return 1
-}
+clean() { wait_clean "$P" "${C[@]}"; }
 clean
 fill() { "$P" bench --volume "$1" --rw write --bs 1M --qd 8 --fill --json "${C[@]}" >/dev/null; }
 for v in base s1 s10 parent busy busynbd; do

@@ -53,6 +53,30 @@ pub struct SnapInfo {
     pub clones: Vec<CloneInfo>,
 }
 
+impl SnapInfo {
+    /// What `s` says, with `has_head` as given (a trimmed view may differ
+    /// from the stored flag).
+    pub(crate) fn of(s: &crate::snaps::SnapState, has_head: bool) -> Self {
+        SnapInfo {
+            seq: s.seq,
+            has_head,
+            clones: s
+                .clones
+                .iter()
+                .map(|c| {
+                    let (blocks, holes) = c.counts();
+                    CloneInfo {
+                        id: c.id,
+                        complete: c.complete,
+                        blocks,
+                        holes,
+                    }
+                })
+                .collect(),
+        }
+    }
+}
+
 /// Space one snapshot id's clones hold in a volume on this slice.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct SnapUsage {
@@ -453,23 +477,7 @@ impl<D: BlockDevice> Store<D> {
         let st = self.inner.st.borrow();
         let obj = st.objects.get(&oid)?;
         let s = obj.snaps.as_ref()?;
-        Some(SnapInfo {
-            seq: s.seq,
-            has_head: !s.headless,
-            clones: s
-                .clones
-                .iter()
-                .map(|c| {
-                    let (blocks, holes) = c.counts();
-                    CloneInfo {
-                        id: c.id,
-                        complete: c.complete,
-                        blocks,
-                        holes,
-                    }
-                })
-                .collect(),
-        })
+        Some(SnapInfo::of(s, !s.headless))
     }
 
     /// Space per snapshot id held by `volume`'s clones on this slice,

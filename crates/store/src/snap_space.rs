@@ -10,7 +10,7 @@ use pontoon_types::{ObjectId, VolumeId};
 
 use crate::device::BlockDevice;
 use crate::objects::ObjectMeta;
-use crate::snap_ops::{CloneInfo, SnapInfo};
+use crate::snap_ops::SnapInfo;
 use crate::store::Store;
 
 /// Space one live snapshot holds in a volume on this slice.
@@ -110,23 +110,7 @@ impl<D: BlockDevice> Store<D> {
             obj.trim_clone(id, |_| {});
         }
         let s = obj.snaps.as_ref()?;
-        Some(SnapInfo {
-            seq: s.seq,
-            has_head,
-            clones: s
-                .clones
-                .iter()
-                .map(|c| {
-                    let (blocks, holes) = c.counts();
-                    CloneInfo {
-                        id: c.id,
-                        complete: c.complete,
-                        blocks,
-                        holes,
-                    }
-                })
-                .collect(),
-        })
+        Some(SnapInfo::of(s, has_head))
     }
 }
 
