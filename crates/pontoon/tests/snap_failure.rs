@@ -85,7 +85,6 @@ const FIO_BS: &str = "128k";
 /// Starts every block a write wrote.
 const MAGIC: &[u8; 8] = b"PNTNCUT1";
 
-const NBD_OPT_EXPORT_NAME: u32 = 1;
 const NBD_CMD_READ: u16 = 0;
 const NBD_CMD_WRITE: u16 = 1;
 const NBD_REQUEST_MAGIC: u32 = 0x2560_9513;
@@ -338,23 +337,7 @@ fn check_cut(h: &History, snap: &Snap, shown: &[Option<u64>]) -> Vec<String> {
 /// Opens `export` on the gateway at `port`; returns the connection (in
 /// transmission) and the export's size.
 fn nbd_open(port: u16, export: &str) -> (TcpStream, u64) {
-    let mut s = TcpStream::connect(("127.0.0.1", port)).expect("connect to the gateway");
-    s.set_read_timeout(Some(Duration::from_secs(60)))
-        .expect("timeout");
-    s.set_nodelay(true).expect("nodelay");
-    let mut greeting = [0u8; 18];
-    s.read_exact(&mut greeting).expect("greeting");
-    assert_eq!(&greeting[..16], b"NBDMAGICIHAVEOPT");
-    s.write_all(&3u32.to_be_bytes()).expect("client flags");
-    let mut opt = b"IHAVEOPT".to_vec();
-    opt.extend_from_slice(&NBD_OPT_EXPORT_NAME.to_be_bytes());
-    opt.extend_from_slice(&(export.len() as u32).to_be_bytes());
-    opt.extend_from_slice(export.as_bytes());
-    s.write_all(&opt).expect("export name");
-    let mut reply = [0u8; 10];
-    s.read_exact(&mut reply)
-        .unwrap_or_else(|e| panic!("the gateway refused export {export}: {e}"));
-    let size = u64::from_be_bytes(reply[..8].try_into().expect("8 bytes"));
+    let (s, size, _) = common::nbd_raw::nbd_export_name(port, export, Duration::from_secs(60));
     (s, size)
 }
 

@@ -20,7 +20,6 @@ use common::qemu::*;
 use common::*;
 
 const NBD_FLAG_READ_ONLY: u16 = 1 << 1;
-const NBD_OPT_EXPORT_NAME: u32 = 1;
 const NBD_CMD_WRITE: u16 = 1;
 const NBD_CMD_READ: u16 = 0;
 const NBD_EPERM: u32 = 1;
@@ -34,21 +33,7 @@ struct RawExport {
 impl RawExport {
     /// Fixed newstyle, no zeroes, NBD_OPT_EXPORT_NAME `name`.
     fn open(port: u16, name: &str) -> RawExport {
-        let mut s = TcpStream::connect(("127.0.0.1", port)).expect("connect");
-        s.set_read_timeout(Some(Duration::from_secs(30)))
-            .expect("timeout");
-        let mut greeting = [0u8; 18];
-        s.read_exact(&mut greeting).expect("greeting");
-        assert_eq!(&greeting[..16], b"NBDMAGICIHAVEOPT");
-        s.write_all(&3u32.to_be_bytes()).expect("client flags");
-        let mut opt = b"IHAVEOPT".to_vec();
-        opt.extend_from_slice(&NBD_OPT_EXPORT_NAME.to_be_bytes());
-        opt.extend_from_slice(&(name.len() as u32).to_be_bytes());
-        opt.extend_from_slice(name.as_bytes());
-        s.write_all(&opt).expect("export name");
-        let mut reply = [0u8; 10];
-        s.read_exact(&mut reply).expect("export reply");
-        let flags = u16::from_be_bytes([reply[8], reply[9]]);
+        let (s, _, flags) = common::nbd_raw::nbd_export_name(port, name, Duration::from_secs(30));
         RawExport { s, flags }
     }
 

@@ -3,6 +3,7 @@
 //! processes a cluster runs.
 #![allow(dead_code)]
 
+pub mod nbd_raw;
 pub mod qemu;
 
 use std::path::{Path, PathBuf};
