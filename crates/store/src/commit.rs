@@ -41,7 +41,13 @@ pub(crate) async fn committer<D: BlockDevice>(inner: Rc<Inner<D>>) {
             let mut st = inner.st.borrow_mut();
             let id = st.open_batch;
             st.open_batch += 1;
-            (std::mem::take(&mut st.batch), id)
+            let (entries, crcs) = std::mem::take(&mut st.spare);
+            let fresh = Batch {
+                entries,
+                crcs,
+                ..Default::default()
+            };
+            (std::mem::replace(&mut st.batch, fresh), id)
         };
         inner.room.notify();
         if let Err(e) = commit(&inner, batch, id).await {
@@ -197,6 +203,10 @@ async fn commit<D: BlockDevice>(inner: &Inner<D>, batch: Batch, id: u64) -> Resu
     });
     st.journal.last_crc = crc;
     st.apply(recno, &entries, &crcs, true);
+    let (mut entries, mut crcs) = (entries, crcs);
+    entries.clear();
+    crcs.clear();
+    st.spare = (entries, crcs);
     st.reserved_blocks -= reserved_blocks;
     st.reserved_objects -= reserved_objects;
     st.reserved_meta -= reserved_meta;

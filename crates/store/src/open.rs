@@ -352,6 +352,7 @@ impl<D: BlockDevice> Store<D> {
             reclaim: Reclaim::default(),
             journal: jr,
             batch: Batch::default(),
+            spare: Default::default(),
             reserved_blocks: 0,
             reserved_objects: 0,
             reserved_meta: 0,

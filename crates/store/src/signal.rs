@@ -13,16 +13,23 @@ use std::task::{Context, Poll, Waker};
 pub(crate) struct Signal {
     generation: Cell<u64>,
     waiters: RefCell<Vec<Waker>>,
+    /// The previous waiter list, emptied, kept for its capacity: a notify
+    /// swaps the two instead of leaving an unallocated list behind (the
+    /// data path notifies on every commit).
+    spare: RefCell<Vec<Waker>>,
 }
 
 impl Signal {
     /// Wakes all current waiters.
     pub(crate) fn notify(&self) {
         self.generation.set(self.generation.get().wrapping_add(1));
-        let waiters = std::mem::take(&mut *self.waiters.borrow_mut());
-        for w in waiters {
+        let mut waiters = std::mem::take(&mut *self.spare.borrow_mut());
+        std::mem::swap(&mut waiters, &mut *self.waiters.borrow_mut());
+        // No borrow is held while waking.
+        for w in waiters.drain(..) {
             w.wake();
         }
+        *self.spare.borrow_mut() = waiters;
     }
 
     /// Completes at the next [`Signal::notify`] after this call.

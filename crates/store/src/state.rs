@@ -153,6 +153,9 @@ pub(crate) struct State {
     pub reclaim: Reclaim,
     pub journal: Journal,
     pub batch: Batch,
+    /// The last committed batch's entry and checksum vectors, emptied, for
+    /// the next batch to reuse (no allocation per record for them).
+    pub spare: (Vec<Entry>, Vec<u32>),
     /// New blocks promised to writes in flight (not yet applied).
     pub reserved_blocks: u64,
     pub reserved_objects: u64,
