@@ -29,6 +29,9 @@ const INBOUND_BUF: usize = 64 * 1024;
 /// Data up to this size goes through the inbound buffer; larger data is
 /// read directly into its aligned buffer.
 const COPY_THRESHOLD: usize = 16 * 1024;
+/// Room reserved for a message's fields when a frame is encoded: most
+/// fit (a larger one grows the buffer once).
+const META_GUESS: usize = 96;
 /// Request data up to this size is copied next to the header and metadata
 /// (one allocation, one iovec); larger data goes into a pooled aligned buffer.
 pub(crate) const INLINE_DATA: usize = 16 * 1024;
@@ -495,16 +498,8 @@ pub(crate) fn encode_frame(
     data: Option<OutData<'_>>,
     protected: bool,
 ) -> Result<Outgoing, ProtoError> {
-    let meta = msg.encode();
     let data = data.filter(|d| d.len() > 0);
     let data_len = data.as_ref().map_or(0, OutData::len);
-    if meta.len() > MAX_META as usize {
-        return Err(ProtoError::TooLarge {
-            what: "message fields",
-            len: u32::try_from(meta.len()).unwrap_or(u32::MAX),
-            max: MAX_META,
-        });
-    }
     if data_len > MAX_DATA as usize {
         return Err(ProtoError::TooLarge {
             what: "frame data",
@@ -512,22 +507,36 @@ pub(crate) fn encode_frame(
             max: MAX_DATA,
         });
     }
-    let hdr = FrameHeader {
-        msg_type: msg.msg_type() as u16,
-        flags: 0,
-        req_id,
-        meta_len: meta.len() as u32,
-        data_len: data_len as u32,
-    };
     let inline = match &data {
         Some(OutData::Slice(s)) if s.len() <= INLINE_DATA => s.len(),
         _ => 0,
     };
-    let room = if protected { tags_len(hdr.data_len) } else { 0 };
-    let mut head = Vec::with_capacity(HEADER_LEN + room + meta.len() + inline);
-    head.extend_from_slice(&hdr.encode());
+    let room = if protected {
+        tags_len(data_len as u32)
+    } else {
+        0
+    };
+    // The fields are encoded in place behind the header and the tags'
+    // room; the header, which says their length, is written after.
+    let mut head = Vec::with_capacity(HEADER_LEN + room + META_GUESS + inline);
     head.resize(HEADER_LEN + room, 0);
-    head.extend_from_slice(&meta);
+    msg.encode_into(&mut head);
+    let meta_len = head.len() - HEADER_LEN - room;
+    if meta_len > MAX_META as usize {
+        return Err(ProtoError::TooLarge {
+            what: "message fields",
+            len: u32::try_from(meta_len).unwrap_or(u32::MAX),
+            max: MAX_META,
+        });
+    }
+    let hdr = FrameHeader {
+        msg_type: msg.msg_type() as u16,
+        flags: 0,
+        req_id,
+        meta_len: meta_len as u32,
+        data_len: data_len as u32,
+    };
+    head[..HEADER_LEN].copy_from_slice(&hdr.encode());
     let data = match data {
         None => None,
         Some(OutData::Slice(s)) if s.len() <= INLINE_DATA => {

@@ -455,7 +455,16 @@ impl Message {
 
     /// Encodes the message fields (not the header or data).
     pub fn encode(&self) -> Vec<u8> {
-        let mut w = W(Vec::with_capacity(64));
+        let mut out = Vec::with_capacity(64);
+        self.encode_into(&mut out);
+        out
+    }
+
+    /// Appends the message fields to `out` (a frame being built behind
+    /// its header, so that a frame needs one allocation, not two).
+    pub fn encode_into(&self, out: &mut Vec<u8>) {
+        let start = out.len();
+        let mut w = W(std::mem::take(out));
         match self {
             Message::Hello(h) => {
                 w.u32(h.version);
@@ -557,8 +566,8 @@ impl Message {
                 w.u8(p.more as u8);
             }
         }
-        debug_assert!(w.0.len() <= MAX_META as usize);
-        w.0
+        debug_assert!(w.0.len() - start <= MAX_META as usize);
+        *out = w.0;
     }
 
     /// Decodes message fields of type `msg_type`. Never panics.
