@@ -498,14 +498,9 @@ impl<D: BlockDevice> Store<D> {
                     id: c.id,
                     ..Default::default()
                 });
-                let older = i.checked_sub(1).map(|k| &s.clones[k]);
-                for e in c.entries.iter().filter(|e| !e.is_hole()) {
-                    u.blocks += 1;
-                    // Trimming this clone alone frees what no older
-                    // snapshot reads through it.
-                    let freed = older.is_none_or(|o| o.complete || o.get(e.blk).is_some());
-                    u.exclusive_blocks += freed as u64;
-                }
+                let (blocks, freed) = s.clone_space(i);
+                u.blocks += blocks;
+                u.exclusive_blocks += freed;
             }
         }
         by_id.into_values().collect()
@@ -529,17 +524,8 @@ impl<D: BlockDevice> Store<D> {
         seq: u64,
         budget: usize,
     ) -> Result<TrimProgress> {
-        let mut live = live.to_vec();
-        live.sort_unstable();
-        live.dedup();
-        // Clones above `seq` count as live: nothing is known of them.
-        let mut live_all = live.clone();
-        live_all.push(seq.saturating_add(1));
-        let dead_of = |obj: &crate::objects::ObjectMeta| -> Vec<u64> {
-            let mut d = obj.dead_clones(&live_all);
-            d.retain(|&id| id <= seq);
-            d
-        };
+        let rule = crate::snap_space::TrimRule::new(live, seq);
+        let dead_of = |obj: &crate::objects::ObjectMeta| rule.dead_clones(obj);
         let candidates: Vec<ObjectId> = {
             let st = self.inner.st.borrow();
             let mut v: Vec<ObjectId> = st

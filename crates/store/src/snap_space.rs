@@ -30,13 +30,33 @@ fn live_in(live: &[u64], after: u64, upto: u64) -> &[u64] {
     &live[a..b.max(a)]
 }
 
-/// Clones of `obj` that trimming with `live` at sequence `seq` removes.
-fn dead_clones(obj: &ObjectMeta, live: &[u64], seq: u64) -> Vec<u64> {
-    let mut live_all = live.to_vec();
-    live_all.push(seq.saturating_add(1));
-    let mut d = obj.dead_clones(&live_all);
-    d.retain(|&id| id <= seq);
-    d
+/// Which clones snap trim removes, for a volume whose live snapshot ids
+/// are `live`, read at snapshot sequence `seq`: the clones no live
+/// snapshot reads, except those newer than `seq` (they belong to
+/// snapshots the caller has not seen yet, so they count as live). The one
+/// rule [`Store::trim_snaps`] applies and [`Store::snaps_trimmed`]
+/// predicts.
+pub(crate) struct TrimRule {
+    /// `live`, sorted and deduplicated, then `seq + 1`.
+    live_all: Vec<u64>,
+    seq: u64,
+}
+
+impl TrimRule {
+    pub(crate) fn new(live: &[u64], seq: u64) -> Self {
+        let mut live_all = live.to_vec();
+        live_all.sort_unstable();
+        live_all.dedup();
+        live_all.push(seq.saturating_add(1));
+        Self { live_all, seq }
+    }
+
+    /// The clones of `obj` this trim removes.
+    pub(crate) fn dead_clones(&self, obj: &ObjectMeta) -> Vec<u64> {
+        let mut d = obj.dead_clones(&self.live_all);
+        d.retain(|&id| id <= self.seq);
+        d
+    }
 }
 
 impl<D: BlockDevice> Store<D> {
@@ -66,13 +86,7 @@ impl<D: BlockDevice> Store<D> {
                     // removes it): nobody's exclusively.
                     continue;
                 };
-                let older = i.checked_sub(1).map(|k| &s.clones[k]);
-                let n = c
-                    .entries
-                    .iter()
-                    .filter(|e| !e.is_hole())
-                    .filter(|e| older.is_none_or(|o| o.complete || o.get(e.blk).is_some()))
-                    .count() as u64;
+                let (_, n) = s.clone_space(i);
                 if n > 0 {
                     *by_id.entry(*only).or_default() += n;
                 }
@@ -92,9 +106,7 @@ impl<D: BlockDevice> Store<D> {
     /// its metadata: what replicas that trimmed at different moments agree
     /// on. `None` if it has no snapshot state.
     pub fn snaps_trimmed(&self, oid: ObjectId, live: &[u64], seq: u64) -> Option<SnapInfo> {
-        let mut live = live.to_vec();
-        live.sort_unstable();
-        live.dedup();
+        let rule = TrimRule::new(live, seq);
         let mut obj = {
             let st = self.inner.st.borrow();
             let o = st.objects.get(&oid)?;
@@ -106,7 +118,7 @@ impl<D: BlockDevice> Store<D> {
             }
         };
         let has_head = obj.has_head();
-        for id in dead_clones(&obj, &live, seq) {
+        for id in rule.dead_clones(&obj) {
             obj.trim_clone(id, |_| {});
         }
         let s = obj.snaps.as_ref()?;

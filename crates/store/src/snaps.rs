@@ -112,6 +112,22 @@ impl SnapState {
         SNAP_SECTION_BYTES + CLONE_HEADER_BYTES * self.clones.len() as u64 + HOLE_BYTES * self.holes
     }
 
+    /// Clone `i`'s data blocks, and of them those that trimming this clone
+    /// alone would free: the ones no older snapshot reads through it (an
+    /// older clone that is complete, or has its own entry for the block,
+    /// does not read through).
+    pub(crate) fn clone_space(&self, i: usize) -> (u64, u64) {
+        let older = i.checked_sub(1).map(|k| &self.clones[k]);
+        self.clones[i]
+            .entries
+            .iter()
+            .filter(|e| !e.is_hole())
+            .fold((0, 0), |(blocks, freed), e| {
+                let alone = older.is_none_or(|o| o.complete || o.get(e.blk).is_some());
+                (blocks + 1, freed + u64::from(alone))
+            })
+    }
+
     /// Recounts the cached totals (checked against them in tests).
     pub(crate) fn recount(&self) -> (u64, u64) {
         self.clones.iter().fold((0, 0), |(b, h), c| {
