@@ -181,12 +181,7 @@ impl<D: BlockDevice + 'static, P: Peers> Shard<D, P> {
         let ranges = self.store.allocated(oid);
         // Clones as they will be once trimmed by this map: a member that
         // trimmed earlier than another holds the same.
-        let snaps = {
-            let map = self.map();
-            let volume = oid.volume.0;
-            self.store
-                .snaps_trimmed(oid, map.live_snaps(volume), map.snap_seq(volume))
-        };
+        let snaps = self.snaps_once_trimmed(oid);
         let clone_blocks: u64 = snaps.iter().flat_map(|s| &s.clones).map(|c| c.blocks).sum();
         let blocks = ranges
             .iter()

@@ -130,14 +130,21 @@ impl<D: BlockDevice + 'static, P: Peers> Shard<D, P> {
         }
     }
 
-    /// Whether `oid` holds clones that no snapshot of the map reads.
-    pub(crate) fn has_dead_clones(&self, oid: pontoon_types::ObjectId) -> bool {
+    /// `oid`'s snapshot state as snap trim will leave it under the current
+    /// map (see [`pontoon_store::Store::snaps_trimmed`]).
+    pub(crate) fn snaps_once_trimmed(
+        &self,
+        oid: pontoon_types::ObjectId,
+    ) -> Option<pontoon_store::SnapInfo> {
         let map = self.map();
         let volume = oid.volume.0;
-        let trimmed = self
-            .store
-            .snaps_trimmed(oid, map.live_snaps(volume), map.snap_seq(volume));
-        trimmed != self.store.snaps(oid)
+        self.store
+            .snaps_trimmed(oid, map.live_snaps(volume), map.snap_seq(volume))
+    }
+
+    /// Whether `oid` holds clones that no snapshot of the map reads.
+    pub(crate) fn has_dead_clones(&self, oid: pontoon_types::ObjectId) -> bool {
+        self.snaps_once_trimmed(oid) != self.store.snaps(oid)
     }
 
     /// Schedules trimming of `volume` (after recovery installed a copy
