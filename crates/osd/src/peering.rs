@@ -345,21 +345,19 @@ impl<D: BlockDevice + 'static, P: Peers> Shard<D, P> {
             let slot = self.recovery.acquire(0).await;
             tracing::debug!(%pg, %oid, "recovery: waiting for the object lock");
             let guard = self.locks.lock(oid).await;
-            let result = self.recover_object(pg, generation, oid).await;
-            if let Some(p) = self
-                .pgs
-                .borrow_mut()
-                .get_mut(&pg)
-                .filter(|p| p.generation == generation)
-            {
-                match &result {
-                    Ok(()) => p.failing.remove(&oid),
-                    Err(why) => p.failing.insert(oid, why.clone()),
-                };
-            }
-            match result {
+            match self.recover_object(pg, generation, oid).await {
                 Ok(()) => tracing::debug!(%pg, %oid, "recovered"),
-                Err(why) => tracing::warn!(%pg, %oid, "recovery failed: {why}"),
+                Err(why) => {
+                    tracing::warn!(%pg, %oid, "recovery failed: {why}");
+                    if let Some(p) = self
+                        .pgs
+                        .borrow_mut()
+                        .get_mut(&pg)
+                        .filter(|p| p.generation == generation && p.missing.contains_key(&oid))
+                    {
+                        p.failing.insert(oid, why);
+                    }
+                }
             }
             drop((guard, slot));
             if !control.sleep.is_zero() {
@@ -384,7 +382,7 @@ impl<D: BlockDevice + 'static, P: Peers> Shard<D, P> {
             if volume_removed(&self.map(), oid) {
                 // Peered before its volume was removed: nothing to recover,
                 // and reclaim deletes every copy.
-                p.missing.remove(&oid);
+                p.no_longer_missing(&oid);
                 p.objects = p.objects.saturating_sub(1);
                 return Ok(());
             }
@@ -453,7 +451,7 @@ impl<D: BlockDevice + 'static, P: Peers> Shard<D, P> {
         let mut pgs = self.pgs.borrow_mut();
         if let Some(p) = pgs.get_mut(&pg).filter(|p| p.generation == generation) {
             if left.is_empty() {
-                p.missing.remove(&oid);
+                p.no_longer_missing(&oid);
                 p.recovered += 1;
                 p.waiting = None;
             } else if let Some(mm) = p.missing.get_mut(&oid) {

@@ -99,9 +99,9 @@ pub struct Pg {
     /// The flag background recovery is paused by, if it is.
     pub paused: Option<Paused>,
     /// Objects whose last recovery attempt in this interval failed, and
-    /// why (bounded by `missing`: an entry goes when its object recovers
-    /// or is no longer missing). Shown in the PG's status so that a
-    /// recovery that keeps failing says why.
+    /// why: noted only for missing objects, dropped with them (see
+    /// [`Pg::no_longer_missing`]), and shown, for those still missing, in
+    /// the PG's status so that a recovery that keeps failing says why.
     pub failing: BTreeMap<ObjectId, String>,
     /// Bumped whenever the interval changes, so tasks of an older one stop.
     pub generation: u64,
@@ -110,6 +110,13 @@ pub struct Pg {
 }
 
 impl Pg {
+    /// `oid` no longer needs recovery (recovered, or its volume is gone):
+    /// drops it from the missing set and its failure, if one was noted.
+    pub fn no_longer_missing(&mut self, oid: &ObjectId) {
+        self.missing.remove(oid);
+        self.failing.remove(oid);
+    }
+
     /// What keeps failing in recovery, in words, if anything does.
     pub fn failing_note(&self) -> Option<String> {
         let (oid, why) = self
