@@ -14,6 +14,7 @@
 use pontoon_types::VolumeId;
 use serde::{Deserialize, Serialize};
 
+use crate::etcd::not_found;
 use crate::model::{VolumeRecord, ids};
 use crate::snapshots::check_volume_name;
 use crate::{ClusterError, ClusterMap, MapStore};
@@ -111,10 +112,6 @@ pub(crate) fn check_parent(m: &ClusterMap, v: &VolumeRecord) -> Result<(), Strin
             p.snap, pv.name
         )),
     }
-}
-
-fn not_found(kind: &'static str, name: String) -> ClusterError {
-    ClusterError::NotFound { kind, name }
 }
 
 impl MapStore {

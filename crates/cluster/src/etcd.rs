@@ -1214,7 +1214,7 @@ impl MapStore {
     pub async fn set_osd_in(&self, id: OsdId, in_cluster: bool) -> Result<(), ClusterError> {
         self.update::<_, ClusterError>(|m| {
             let Some(rec) = m.osds.get_mut(&id) else {
-                return Err(not_found("osd", &id.to_string()));
+                return Err(not_found("osd", id.to_string()));
             };
             if rec.in_cluster == in_cluster {
                 return Ok(false);
@@ -1314,7 +1314,7 @@ impl MapStore {
     pub async fn set_osd_weight(&self, id: OsdId, weight: u64) -> Result<(), ClusterError> {
         self.update::<_, ClusterError>(|m| {
             let Some(rec) = m.osds.get_mut(&id) else {
-                return Err(not_found("osd", &id.to_string()));
+                return Err(not_found("osd", id.to_string()));
             };
             if rec.weight == weight {
                 return Ok(false);
@@ -1412,10 +1412,11 @@ fn is_too_large(e: &etcd_client::Error) -> bool {
         || msg.contains("larger than max")
 }
 
-fn not_found(kind: &'static str, name: &str) -> ClusterError {
+/// The error for a `kind` named `name` that the map does not hold.
+pub(crate) fn not_found(kind: &'static str, name: impl Into<String>) -> ClusterError {
     ClusterError::NotFound {
         kind,
-        name: name.to_string(),
+        name: name.into(),
     }
 }
 

@@ -18,6 +18,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::etcd::not_found;
 use crate::model::{VolumeRecord, is_valid_name};
 use crate::{ClusterError, MapStore};
 
@@ -135,10 +136,6 @@ pub(crate) fn check_snapshots(v: &VolumeRecord) -> Result<(), String> {
         }
     }
     Ok(())
-}
-
-fn not_found(kind: &'static str, name: String) -> ClusterError {
-    ClusterError::NotFound { kind, name }
 }
 
 impl MapStore {
