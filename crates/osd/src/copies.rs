@@ -1,6 +1,8 @@
 //! Whole copies of objects as recovery, backfill and repair move them
 //! between OSDs: read from a holder's store, carried in a pull's answer or
-//! a replace sub-operation, installed on the target in one journal record.
+//! a replace sub-operation, installed on the target atomically (one
+//! journal record, or a chain of them for an object fragmented under many
+//! snapshots).
 //!
 //! An object without snapshot state travels as it always has: its head's
 //! extents, installed with the store's `replace`. One with snapshot state
@@ -11,7 +13,7 @@
 //! object whose good copy has none gets it dropped the same way.
 //!
 //! A copy must fit one message (data within [`MAX_DATA`], fields within
-//! [`MAX_META`]) and the target's journal record. A larger one is refused
+//! [`MAX_META`]) and a quarter of the target's journal. A larger one is refused
 //! before it is read in full: the refusal is counted
 //! (`pontoon_osd_recovery_refused_total`) and logged by the recovery that
 //! asked, and the object stays missing on its stale members (its PG stays

@@ -37,11 +37,10 @@
 //! the run's own data, each snapshot's image judged as if it had been
 //! taken at the previous snapshot's time must be found wrong.
 //!
-//! The scenario keeps every object's head and clones within what one
-//! recovery copy can carry today (one journal record, 512 extents): past
-//! that, I/O to the object hangs after the restart.
-//! `an_osd_restart_recovers_objects_fragmented_under_snapshots` (ignored
-//! until staged copies exist) shows it.
+//! `an_osd_restart_recovers_objects_fragmented_under_snapshots` goes past
+//! what one journal record holds: an object fragmented under snapshots is
+//! recovered as a chain of records (before, the copy was refused and I/O
+//! to the object hung after the restart).
 //!
 //! Needs etcd-server, fio and qemu-utils (`scripts/deps.sh test`). Asserts
 //! on data and on the clients' answers; the waits are bounded polls.
@@ -65,11 +64,7 @@ use common::*;
 const BLOCK: usize = 4096;
 /// Blocks the writer writes, one every [`STRIDE`] bytes from offset 0.
 const BLOCKS: u32 = 256;
-/// 128 KiB: 32 blocks in each 4 MiB object, 8 objects. An object's head
-/// and eight clones then hold at most 9 x 32 extents, so a recovery copy
-/// of it fits one journal record (512 entries): a larger one cannot be
-/// installed yet and hangs I/O to the object (see
-/// `an_osd_restart_recovers_objects_fragmented_under_snapshots`).
+/// 128 KiB: 32 blocks in each 4 MiB object, 8 objects.
 const STRIDE: u64 = 128 << 10;
 /// The part of the volume the writer owns.
 const REGION: u64 = BLOCKS as u64 * STRIDE;
@@ -118,13 +113,15 @@ struct Snap {
 struct History {
     writes: Vec<Write>,
     chains: Vec<Vec<u64>>,
+    /// Bytes from one written block to the next.
+    stride: u64,
 }
 
 impl History {
     /// Panics unless each block's writes form a chain in time (each
     /// acknowledged before the next was issued): the writer's promise, on
     /// which "holds `w` or a later write" rests.
-    fn new(writes: Vec<Write>, blocks: u32) -> History {
+    fn new(writes: Vec<Write>, blocks: u32, stride: u64) -> History {
         let mut chains = vec![Vec::new(); blocks as usize];
         for (i, w) in writes.iter().enumerate() {
             assert_eq!(w.seq, i as u64 + 1, "the log is in sequence order");
@@ -141,7 +138,11 @@ impl History {
             }
             chain.push(w.seq);
         }
-        History { writes, chains }
+        History {
+            writes,
+            chains,
+            stride,
+        }
     }
 
     fn write(&self, seq: u64) -> &Write {
@@ -218,14 +219,16 @@ fn decode(h: &History, image: &str, block: u32, bytes: &[u8]) -> Result<Option<u
     Ok(Some(seq))
 }
 
-/// Decodes an image of [`REGION`] bytes: one entry per block, and an
-/// error for every block that is not a whole write or zeros and for
+/// Decodes an image of the region `h`'s blocks span: one entry per block,
+/// and an error for every block that is not a whole write or zeros and for
 /// every gap between blocks that is not zeros.
 fn decode_image(h: &History, image: &str, data: &[u8]) -> (Vec<Option<u64>>, Vec<String>) {
-    let mut shown = Vec::with_capacity(BLOCKS as usize);
+    let blocks = h.chains.len() as u32;
+    let stride = h.stride as usize;
+    let mut shown = Vec::with_capacity(blocks as usize);
     let mut bad = Vec::new();
-    for b in 0..BLOCKS {
-        let at = b as usize * STRIDE as usize;
+    for b in 0..blocks {
+        let at = b as usize * stride;
         match decode(h, image, b, &data[at..at + BLOCK]) {
             Ok(s) => shown.push(s),
             Err(e) => {
@@ -233,10 +236,7 @@ fn decode_image(h: &History, image: &str, data: &[u8]) -> (Vec<Option<u64>>, Vec
                 shown.push(None);
             }
         }
-        if data[at + BLOCK..at + STRIDE as usize]
-            .iter()
-            .any(|x| *x != 0)
-        {
+        if data[at + BLOCK..at + stride].iter().any(|x| *x != 0) {
             bad.push(format!(
                 "{image}: the gap after block {b} holds data, where nothing was written"
             ));
@@ -364,12 +364,12 @@ fn nbd_reply(s: &mut TcpStream) -> std::io::Result<(u32, u64)> {
     Ok((error, handle))
 }
 
-/// The first [`REGION`] bytes of `export`.
-fn read_region(port: u16, export: &str) -> Vec<u8> {
+/// The first `len` bytes (a multiple of 1 MiB) of `export`.
+fn read_region(port: u16, export: &str, len: u64) -> Vec<u8> {
     const CHUNK: u32 = 1 << 20;
     let (mut s, size) = nbd_open(port, export);
-    assert!(size >= REGION, "{export} is {size} bytes");
-    let mut data = vec![0u8; REGION as usize];
+    assert!(size >= len, "{export} is {size} bytes");
+    let mut data = vec![0u8; len as usize];
     for (i, chunk) in data.chunks_mut(CHUNK as usize).enumerate() {
         let off = i as u64 * u64::from(CHUNK);
         s.write_all(&nbd_request(NBD_CMD_READ, i as u64, off, CHUNK))
@@ -796,6 +796,74 @@ fn snap_create(dir: &Path, t0: Instant, name: &str) -> Snap {
     }
 }
 
+/// Reads the volume and every snapshot through NBD and checks them
+/// against the log: the head holds every acknowledged write, each
+/// snapshot is a consistent cut. Returns what is wrong and each
+/// snapshot's image.
+fn check_images(port: u16, h: &History, snaps: &[Snap]) -> (Vec<String>, Vec<Vec<Option<u64>>>) {
+    let region = h.chains.len() as u64 * h.stride;
+    let mut bad = Vec::new();
+    let (head, errs) = decode_image(h, "v", &read_region(port, "v", region));
+    bad.extend(errs);
+    bad.extend(check_head(h, &head));
+    let mut images = Vec::new();
+    for snap in snaps {
+        wait_export(port, &snap.name);
+        let (shown, errs) = decode_image(h, &snap.name, &read_region(port, &snap.name, region));
+        bad.extend(errs);
+        bad.extend(check_cut(h, snap, &shown));
+        let held = shown.iter().flatten().count();
+        eprintln!(
+            "{}: {held} blocks written, {} differ from the volume",
+            snap.name,
+            shown.iter().zip(&head).filter(|(a, b)| a != b).count()
+        );
+        images.push(shown);
+    }
+    (bad, images)
+}
+
+/// Deep-scrubs pool `p` (which compares the heads' data and the clones'
+/// metadata of every replica) and names every PG where copies differ.
+fn deep_scrub_findings(dir: &Path) -> Vec<String> {
+    let stamp = |p: &serde_json::Value| p["scrub"]["last_deep_scrub_unix"].as_u64();
+    let last = json(dir, &["pg", "ls", "--json"])
+        .as_array()
+        .and_then(|a| a.iter().filter_map(stamp).max())
+        .unwrap_or(0);
+    // So that a stamp at or after the request is a new scrub's.
+    while unix_now() <= last {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let asked = unix_now();
+    ok(dir, &["pool", "deep-scrub", "p"]);
+    let pgs = wait_json(
+        dir,
+        &["pg", "ls", "--json"],
+        "every PG deep-scrubbed after the check",
+        Duration::from_secs(60),
+        |v| {
+            v.as_array().is_some_and(|a| {
+                !a.is_empty()
+                    && a.iter().all(|p| {
+                        stamp(p).is_some_and(|t| t >= asked) && p["scrub"]["progress"].is_null()
+                    })
+            })
+        },
+    );
+    let mut bad = Vec::new();
+    for pg in pgs.as_array().into_iter().flatten() {
+        let sc = &pg["scrub"];
+        if sc["inconsistent_objects"] != 0 || sc["unrecoverable_objects"] != 0 {
+            bad.push(format!(
+                "deep scrub found replicas that differ in pg {}: {sc}",
+                pg["pgid"]
+            ));
+        }
+    }
+    bad
+}
+
 #[test]
 fn snapshots_taken_while_an_osd_is_killed_and_restarted_are_consistent_cuts() {
     let started = Instant::now();
@@ -872,25 +940,8 @@ fn snapshots_taken_while_an_osd_is_killed_and_restarted_are_consistent_cuts() {
     wait_status(&dir, "3 OSDs up and every PG clean again", all_clean);
     eprintln!("clean again after {:?}", started.elapsed());
 
-    let h = History::new(writes, BLOCKS);
-    let mut bad = Vec::new();
-    let (head, errs) = decode_image(&h, "v", &read_region(port, "v"));
-    bad.extend(errs);
-    bad.extend(check_head(&h, &head));
-    let mut images = Vec::new();
-    for snap in &snaps {
-        wait_export(port, &snap.name);
-        let (shown, errs) = decode_image(&h, &snap.name, &read_region(port, &snap.name));
-        bad.extend(errs);
-        bad.extend(check_cut(&h, snap, &shown));
-        let held = shown.iter().flatten().count();
-        eprintln!(
-            "{}: {held} blocks written, {} differ from the volume",
-            snap.name,
-            shown.iter().zip(&head).filter(|(a, b)| a != b).count()
-        );
-        images.push(shown);
-    }
+    let h = History::new(writes, BLOCKS, STRIDE);
+    let (mut bad, images) = check_images(port, &h, &snaps);
     // The checker is not blind on this run's data: where a write was
     // issued after one snapshot returned and acknowledged before the next
     // started (the next must hold it), the next's image judged as if taken
@@ -917,42 +968,7 @@ fn snapshots_taken_while_an_osd_is_killed_and_restarted_are_consistent_cuts() {
         judged >= 5,
         "only {judged} snapshot pairs had writes between them"
     );
-    // The copies agree too: a deep scrub (which compares the heads'
-    // data and the clones' metadata of every replica) finds nothing.
-    let stamp = |p: &serde_json::Value| p["scrub"]["last_deep_scrub_unix"].as_u64();
-    let last = json(&dir, &["pg", "ls", "--json"])
-        .as_array()
-        .and_then(|a| a.iter().filter_map(stamp).max())
-        .unwrap_or(0);
-    // So that a stamp at or after the request is a new scrub's.
-    while unix_now() <= last {
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let asked = unix_now();
-    ok(&dir, &["pool", "deep-scrub", "p"]);
-    let pgs = wait_json(
-        &dir,
-        &["pg", "ls", "--json"],
-        "every PG deep-scrubbed after the check",
-        Duration::from_secs(60),
-        |v| {
-            v.as_array().is_some_and(|a| {
-                !a.is_empty()
-                    && a.iter().all(|p| {
-                        stamp(p).is_some_and(|t| t >= asked) && p["scrub"]["progress"].is_null()
-                    })
-            })
-        },
-    );
-    for pg in pgs.as_array().into_iter().flatten() {
-        let sc = &pg["scrub"];
-        if sc["inconsistent_objects"] != 0 || sc["unrecoverable_objects"] != 0 {
-            bad.push(format!(
-                "deep scrub found replicas that differ in pg {}: {sc}",
-                pg["pgid"]
-            ));
-        }
-    }
+    bad.extend(deep_scrub_findings(&dir));
     let shown_bad: Vec<&String> = bad.iter().take(20).collect();
     assert!(
         bad.is_empty(),
@@ -963,21 +979,19 @@ fn snapshots_taken_while_an_osd_is_killed_and_restarted_are_consistent_cuts() {
 }
 
 // ---------------------------------------------------------------------
-// Past the limit the scenario above stays under.
+// Past one journal record.
 // ---------------------------------------------------------------------
 
-/// What the scenario above avoids on purpose: an object whose head and
-/// clones hold more extents than one journal record takes (512). While
-/// osd.1 is down, the writer scatters 4 KiB writes over every other block
-/// of one object (512 blocks, none adjacent) and three snapshots are
-/// taken between bursts; osd.1 is restarted. Its copy of the object must
-/// be recovered (head and three clones, several hundred extents) and I/O
-/// to the object must go on: it does not yet, because the copy is refused
-/// (`recovery failed: ... do not fit in one journal record`, staged copies
-/// are not built), the PG stays degraded and the writes to the object
-/// wait until osd.1 is marked out.
+/// An object whose head and clones hold more extents than one journal
+/// record takes (512). While osd.1 is down, the writer scatters 4 KiB
+/// writes over every other block of one object (512 blocks, none adjacent)
+/// and three snapshots are taken between bursts; osd.1 is restarted. Its
+/// copy of the object must be recovered (head and three clones, several
+/// hundred extents each, installed as a chain of journal records) and I/O
+/// to the object must go on. Before chains, the copy was refused, the PG
+/// stayed degraded and the writes to the object waited until osd.1 was
+/// marked out.
 #[test]
-#[ignore = "issue 18: a recovery copy larger than one journal record is refused (staged copies are not built), so I/O to the object hangs after an OSD restart"]
 fn an_osd_restart_recovers_objects_fragmented_under_snapshots() {
     const SPARSE_BLOCKS: u32 = 512;
     const SPARSE_STRIDE: u64 = 8 << 10;
@@ -997,9 +1011,10 @@ fn an_osd_restart_recovers_objects_fragmented_under_snapshots() {
     writer.wait_acked(300, "before the kill");
     signal(osd_pid(&dir, 1), libc::SIGKILL);
     wait_status(&dir, "osd.1 down", |s| s["osds"]["up"] == 2);
+    let mut snaps = Vec::new();
     for i in 1..=3 {
         writer.wait_acked(300, "with osd.1 down");
-        snap_create(&dir, t0, &format!("f{i}"));
+        snaps.push(snap_create(&dir, t0, &format!("f{i}")));
     }
     writer.wait_acked(300, "with osd.1 down");
     let out = ok(&dir, &["osd", "start", "1"]);
@@ -1008,9 +1023,13 @@ fn an_osd_restart_recovers_objects_fragmented_under_snapshots() {
         300,
         "after osd.1's restart: is its copy of object 0 (head and three clones) refused as larger than one journal record? see log/osd.*.log",
     );
-    let (_, failed) = writer.finish();
+    let (writes, failed) = writer.finish();
     assert!(failed.is_empty(), "writes {failed:?} failed");
     wait_status(&dir, "every PG clean after osd.1's restart", all_clean);
+    let h = History::new(writes, SPARSE_BLOCKS, SPARSE_STRIDE);
+    let (mut bad, _) = check_images(port, &h, &snaps);
+    bad.extend(deep_scrub_findings(&dir));
+    assert!(bad.is_empty(), "{} violations: {bad:#?}", bad.len());
 }
 
 // ---------------------------------------------------------------------
@@ -1036,6 +1055,7 @@ fn the_cut_checker_rejects_inconsistent_histories() {
             w(2, 5, 55, None),
         ],
         3,
+        STRIDE,
     );
     let snap = |start, end| Snap {
         name: "v@t".into(),
@@ -1107,7 +1127,7 @@ fn the_cut_checker_rejects_inconsistent_histories() {
     img[..BLOCK].copy_from_slice(&block_bytes(0, 3));
     img[STRIDE as usize..STRIDE as usize + BLOCK].copy_from_slice(&torn);
     img[BLOCK + 7] = 1;
-    let big = History::new(h.writes.clone(), BLOCKS);
+    let big = History::new(h.writes.clone(), BLOCKS, STRIDE);
     let (shown, errs) = decode_image(&big, "v", &img);
     assert_eq!(shown[0], Some(3));
     assert_eq!(errs.len(), 2, "{errs:#?}");

@@ -19,7 +19,7 @@ use crate::device::BlockDevice;
 use crate::error::{Result, StoreError};
 use crate::layout::{self, DeviceHeader, DeviceRole, FormatOptions, OsdIdentity, SliceLayout};
 use crate::objects::{BlockEntry, Loc, ObjectMeta, ObjectTable};
-use crate::record::{self, Entry, EntryKind, FLAG_WRAP};
+use crate::record::{self, Entry, EntryKind, FLAG_CONTINUED, FLAG_WRAP};
 use crate::signal::Signal;
 use crate::snaps::{CloneMeta, SnapState};
 use crate::state::{Batch, InlineRef, JRec, Journal, State};
@@ -466,6 +466,8 @@ struct ScannedRecord {
     entries: Vec<Entry>,
     crcs: Vec<u32>,
     data: Option<AlignedBuf>,
+    /// The next record belongs to the same chain.
+    continued: bool,
 }
 
 struct Scan {
@@ -541,7 +543,12 @@ async fn scan_journal<D: BlockDevice>(
                 break;
             }
         };
+        let in_chain = records.last().is_some_and(|r: &ScannedRecord| r.continued);
         if head.flags & FLAG_WRAP != 0 {
+            if in_chain {
+                // A chain is written contiguously: this is not its rest.
+                break;
+            }
             let Ok((crc, _, _)) = record::decode_entries(first, &head, l.object_blocks) else {
                 break;
             };
@@ -557,6 +564,7 @@ async fn scan_journal<D: BlockDevice>(
                 entries: Vec::new(),
                 crcs: Vec::new(),
                 data: None,
+                continued: false,
             });
             prev = crc;
             lpos += skip;
@@ -599,9 +607,20 @@ async fn scan_journal<D: BlockDevice>(
             entries,
             crcs,
             data,
+            continued: head.flags & FLAG_CONTINUED != 0,
         });
         prev = crc;
         lpos += total;
+    }
+    // A chain whose last record is missing was cut short by a crash before
+    // any of it was applied or acknowledged: dropped whole.
+    while let Some(r) = records.pop_if(|r| r.continued) {
+        tracing::debug!(
+            lpos = r.lpos,
+            "journal ends in an incomplete chain of records"
+        );
+        lpos = r.lpos;
+        prev = r.prev_crc;
     }
     Ok(Scan {
         records,

@@ -1,7 +1,11 @@
 //! Journal record format: one header (1..=8 blocks) of metadata entries,
 //! followed by the data blocks written inline.
 //!
-//! A record is atomic: replay applies all of it or none. It is valid only if
+//! A record is atomic: replay applies all of it or none. A write too large
+//! for one record (recovery installing an object with many clones) goes as
+//! a chain of records written together, each but the last flagged
+//! [`FLAG_CONTINUED`]: replay applies a chain only if its last record is
+//! there, so the chain is as atomic as one record. A record is valid only if
 //! its header checksum matches, it sits at the logical position it names, it
 //! chains to the previous record's header checksum, and every inline data
 //! block matches its entry's checksum. The chain plus a per-open nonce means
@@ -17,6 +21,8 @@ use pontoon_types::codec::{Decoder, Encoder, Truncated, crc_with_zeroed_field};
 const RECORD_MAGIC: u32 = 0x4e52_4a50;
 /// Header flag: not a record, skip to the start of the ring.
 pub(crate) const FLAG_WRAP: u32 = 1;
+/// Header flag: the next record belongs to the same atomic write.
+pub(crate) const FLAG_CONTINUED: u32 = 2;
 /// Most header blocks a record may have.
 pub(crate) const MAX_HEADER_BLOCKS: usize = 8;
 /// Bytes before the first entry.
@@ -137,6 +143,35 @@ pub(crate) fn header_blocks_for(bytes: usize) -> usize {
 /// Largest sum of entry sizes one record can carry.
 pub(crate) const MAX_ENTRY_BYTES: usize = MAX_HEADER_BLOCKS * BLOCK_SIZE - FIXED_HEADER;
 
+/// Whether `entries` entries whose encoded sizes sum to `bytes` fit in one
+/// record.
+pub(crate) fn fits_one_record(entries: usize, bytes: usize) -> bool {
+    entries <= MAX_ENTRIES && bytes <= MAX_ENTRY_BYTES
+}
+
+/// Where `entries`, in order, are cut into a chain of records (each as
+/// full as it can be): the end index of each record's entries, and the
+/// header blocks of the whole chain.
+pub(crate) fn chain_cuts(entries: &[Entry]) -> (Vec<usize>, u64) {
+    let mut cuts = Vec::new();
+    let (mut n, mut bytes, mut header_blocks) = (0usize, 0usize, 0u64);
+    for (i, e) in entries.iter().enumerate() {
+        let len = e.encoded_len();
+        if n > 0 && !fits_one_record(n + 1, bytes + len) {
+            cuts.push(i);
+            header_blocks += header_blocks_for(bytes) as u64;
+            (n, bytes) = (0, 0);
+        }
+        n += 1;
+        bytes += len;
+    }
+    if n > 0 {
+        cuts.push(entries.len());
+        header_blocks += header_blocks_for(bytes) as u64;
+    }
+    (cuts, header_blocks)
+}
+
 /// Encodes a record header. `buf_first[k]` is the record data block where
 /// buffer `k` starts. Returns the header and its checksum.
 pub(crate) fn encode(
@@ -238,8 +273,12 @@ pub(crate) fn decode_head(block: &[u8], lpos: u64, prev_crc: u32) -> Result<Reco
     {
         return Err(Invalid::Malformed);
     }
-    if head.flags & FLAG_WRAP != 0
-        && (head.data_blocks != 0 || head.n_entries != 0 || head.header_blocks != 1)
+    if head.flags & !(FLAG_WRAP | FLAG_CONTINUED) != 0
+        || head.flags & FLAG_WRAP != 0
+            && (head.flags & FLAG_CONTINUED != 0
+                || head.data_blocks != 0
+                || head.n_entries != 0
+                || head.header_blocks != 1)
     {
         return Err(Invalid::Malformed);
     }

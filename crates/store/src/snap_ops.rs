@@ -218,10 +218,10 @@ impl<D: BlockDevice> Store<D> {
     }
 
     /// Atomically replaces object `oid`, head and clones, with `image`
-    /// (recovery's target side): one journal record, so a crash leaves the
-    /// old object or the new one. The image must fit one record (about
-    /// 7,000 blocks of data across its layers, 250 layers); larger ones are
-    /// refused with `InvalidArgument` and need a staged install (not built).
+    /// (recovery's target side): one journal record, or a chain of them
+    /// that replay applies whole, so a crash leaves the old object or the
+    /// new one. The chain must fit a quarter of the journal; a larger image
+    /// is refused with `InvalidArgument`.
     /// The image may come from a peer: clone ids must ascend and be no
     /// newer than its sequence, a headless image's newest clone must be
     /// complete, ranges must be aligned, ordered and inside the object;

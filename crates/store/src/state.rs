@@ -137,6 +137,9 @@ pub(crate) struct Batch {
     pub reserved_meta: u64,
     pub user_bytes: u64,
     pub ops: u64,
+    /// Holds one group too large for a record, to be written as a chain
+    /// of records: nothing else joins it.
+    pub chained: bool,
 }
 
 impl Batch {

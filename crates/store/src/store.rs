@@ -16,7 +16,7 @@ use crate::device::BlockDevice;
 use crate::error::{Result, StoreError};
 use crate::layout::{CKPT_BLOCK_BYTES, CKPT_OBJECT_BYTES, SliceLayout};
 use crate::objects::{Loc, MAX_RECORD_BUFS};
-use crate::record::{Entry, EntryKind, MAX_ENTRIES, MAX_ENTRY_BYTES};
+use crate::record::{self, Entry, EntryKind, MAX_ENTRIES, MAX_ENTRY_BYTES};
 use crate::signal::Signal;
 use crate::snaps::{CLONE_HEADER_BYTES, HOLE_BYTES, SNAP_SECTION_BYTES};
 use crate::state::State;
@@ -180,31 +180,35 @@ impl Group {
     }
 }
 
-/// Whether a group of `entries` entries taking `bytes` fits in one journal
-/// record (an empty batch), as far as its entries go.
-fn fits_one_record(entries: usize, bytes: usize) -> bool {
-    entries <= MAX_ENTRIES && bytes <= MAX_ENTRY_BYTES
-}
-
-/// How many pieces `ranges` (in order, laid end to end) are cut into by
-/// `runs` (allocated in order): the row entries [`Store::prepare_row`] makes.
-fn row_pieces(ranges: &[(u32, u32)], runs: &[(u64, u32)]) -> usize {
-    let mut pieces = 0;
-    let (mut run_i, mut run_used) = (0, 0u32);
-    for &(_, n) in ranges {
+/// The row entries of write `w` mapping `ranges` (in order, laid end to
+/// end) onto `runs` (allocated in order), split where either ends.
+fn row_entries(w: WriteSpec, ranges: &[(u32, u32)], runs: &[(u64, u32)], g: &mut Group) {
+    let mut run_i = 0;
+    let mut run_used = 0u32;
+    let mut crc_off = 0u32;
+    for &(start, n) in ranges {
         let mut done = 0u32;
-        while done < n && run_i < runs.len() {
-            let take = (n - done).min(runs[run_i].1 - run_used);
-            pieces += 1;
+        while done < n {
+            let (pblk, rlen) = runs[run_i];
+            let take = (n - done).min(rlen - run_used);
+            g.entries.push(Entry {
+                start_blk: start + done,
+                nblk: take,
+                loc: pblk + run_used as u64,
+                crc_off,
+                snap: w.snap,
+                raw: w.raw,
+                ..Entry::bare(EntryKind::WriteRow, w.oid, w.version)
+            });
             done += take;
             run_used += take;
-            if run_used == runs[run_i].1 {
+            crc_off += take;
+            if run_used == rlen {
                 run_i += 1;
                 run_used = 0;
             }
         }
     }
-    pieces
 }
 
 pub(crate) fn crcs_of(data: &[u8]) -> SmallVec<[u32; 16]> {
@@ -552,8 +556,9 @@ impl<D: BlockDevice> Store<D> {
     /// Allocates fresh blocks, writes `data` there and builds the metadata
     /// group pointing at them. Gives the data back if there is no room for
     /// a redirect, or if the free space is so fragmented that the group
-    /// (with `extra` more entries the caller adds, of no data) would not fit
-    /// in one journal record: the caller then journals the data instead.
+    /// (with `extra` more entries the caller adds, of no data) would fit
+    /// neither one journal record nor a chain of them: the caller then
+    /// journals the data instead.
     pub(crate) async fn prepare_row(
         &self,
         w: WriteSpec,
@@ -564,12 +569,16 @@ impl<D: BlockDevice> Store<D> {
     ) -> Result<Result<Group, AlignedBuf>> {
         let nblk: u32 = ranges.iter().map(|r| r.1).sum();
         let mut runs: SmallVec<[(u64, u32); 4]> = SmallVec::new();
-        let (data_start, new_object) = {
+        let mut g = Group {
+            row: true,
+            ..Default::default()
+        };
+        let data_start = {
             let mut st = self.inner.st.borrow_mut();
             if let Some(f) = &st.failed {
                 return Err(StoreError::Failed(f.clone()));
             }
-            let new_object = st.objects.get(&w.oid).is_none();
+            g.new_object = st.objects.get(&w.oid).is_none();
             if st.free_blocks() < nblk as u64 {
                 return Ok(Err(data));
             }
@@ -577,21 +586,24 @@ impl<D: BlockDevice> Store<D> {
             if !st.alloc.alloc(nblk, &mut v) {
                 return Ok(Err(data));
             }
+            runs.extend(v);
+            row_entries(w, ranges, &runs, &mut g);
             // One entry per piece of a range within a run: fragmented free
             // space (after a restart the allocator starts over at the
-            // holes) can make them too many for a record, and a group that
-            // fits no record could never be queued.
-            let pieces = row_pieces(ranges, &v) + extra;
+            // holes) can make them too many for a record, and then for a
+            // chain of records of a quarter of the journal.
             let bytes =
-                pieces * Entry::encoded_len_of(EntryKind::WriteRow, 0, true) + 4 * nblk as usize;
-            if !fits_one_record(pieces, bytes) {
-                for &(p, n) in &v {
+                g.entry_bytes() + extra * Entry::encoded_len_of(EntryKind::Discard, 0, true);
+            let fits = record::fits_one_record(g.entries.len() + extra, bytes)
+                || record::chain_cuts(&g.entries).1 + record::MAX_HEADER_BLOCKS as u64
+                    <= st.journal.blocks / 4;
+            if !fits {
+                for &(p, n) in &runs {
                     (p..p + n as u64).for_each(|b| st.alloc.free(b));
                 }
                 return Ok(Err(data));
             }
-            runs.extend(v);
-            (st.layout.data_start, new_object)
+            st.layout.data_start
         };
         let mut data = data;
         let mut at = 0usize;
@@ -620,40 +632,7 @@ impl<D: BlockDevice> Store<D> {
             let mut st = self.inner.st.borrow_mut();
             st.counters.row_bytes += data.len() as u64;
         }
-        // Map logical ranges onto the physical runs, splitting where either ends.
-        let mut g = Group {
-            row: true,
-            new_object,
-            ..Default::default()
-        };
-        let mut run_i = 0;
-        let mut run_used = 0u32;
-        let mut crc_off = 0u32;
-        for &(start, n) in ranges {
-            let mut done = 0u32;
-            while done < n {
-                let (pblk, rlen) = runs[run_i];
-                let take = (n - done).min(rlen - run_used);
-                g.entries.push(Entry {
-                    start_blk: start + done,
-                    nblk: take,
-                    loc: pblk + run_used as u64,
-                    crc_off,
-                    snap: w.snap,
-                    raw: w.raw,
-                    ..Entry::bare(EntryKind::WriteRow, w.oid, w.version)
-                });
-                done += take;
-                run_used += take;
-                crc_off += take;
-                if run_used == rlen {
-                    run_i += 1;
-                    run_used = 0;
-                }
-            }
-        }
         g.crcs.extend_from_slice(crcs);
-        debug_assert_eq!(crc_off, nblk);
         Ok(Ok(g))
     }
 
@@ -725,24 +704,33 @@ impl<D: BlockDevice> Store<D> {
                 return Enqueue::Refused(e);
             }
             let b = &st.batch;
-            let fits = b.entries.len() + g.entries.len() <= MAX_ENTRIES
+            let fits = !b.chained
+                && b.entries.len() + g.entries.len() <= MAX_ENTRIES
                 && b.entry_bytes + g.entry_bytes() <= MAX_ENTRY_BYTES
                 && b.bufs.len() + g.bufs.len() <= MAX_RECORD_BUFS
                 && (b.is_empty() || b.data_blocks + g.data_blocks <= BATCH_DATA_BLOCKS);
-            if !fits && b.is_empty() {
-                // Not even an empty batch holds it: waiting would be forever.
-                return Enqueue::Refused(StoreError::InvalidArgument(format!(
-                    "{} extents ({} bytes of entries) do not fit in one journal record \
-                     (at most {MAX_ENTRIES} entries, {MAX_ENTRY_BYTES} bytes)",
-                    g.entries.len(),
-                    g.entry_bytes()
-                )));
-            }
-            if !fits {
+            let chained = !fits && b.is_empty();
+            if chained {
+                // Too large for one record: it goes alone, as a chain of
+                // records, if the chain fits a quarter of the journal.
+                let (_, header_blocks) = record::chain_cuts(&g.entries);
+                let blocks = header_blocks + u64::from(g.data_blocks);
+                if blocks > st.journal.blocks / 4 {
+                    return Enqueue::Refused(StoreError::InvalidArgument(format!(
+                        "{} extents ({} bytes of entries, {} blocks of data) need {blocks} \
+                         journal blocks, more than a quarter of the journal ({} blocks)",
+                        g.entries.len(),
+                        g.entry_bytes(),
+                        g.data_blocks,
+                        st.journal.blocks
+                    )));
+                }
+            } else if !fits {
                 return Enqueue::Full;
             }
             let st = &mut *st;
             let b = &mut st.batch;
+            b.chained = chained;
             let crc_base = b.crcs.len() as u32;
             let buf_base = b.bufs.len() as u32;
             for mut e in g.entries.drain(..) {

@@ -842,6 +842,51 @@ fn a_replica_rebuilt_from_a_snapshot_image_reads_every_snapshot_alike() {
     check(&mut dst, &m, &universe, "rebuilt replica, trimmed");
 }
 
+/// An object fragmented under many snapshots (every other block rewritten
+/// between them, holes where a clone saw nothing) needs more entries than
+/// one journal record holds: its copy is installed as a chain of records,
+/// and reads every snapshot alike, also after a power failure.
+#[test]
+fn a_copy_larger_than_one_record_is_installed_whole() {
+    let mut src = Harness::fresh();
+    let mut m = SnapModel::default();
+    let o = oid(7);
+    let alternate = |h: &mut Harness, m: &mut SnapModel, odd: u32, seed: u64| {
+        for b in (odd..OBJECT_BLOCKS).step_by(2) {
+            w(h, m, o, b, 1, seed + u64::from(b));
+        }
+    };
+    w(&mut src, &mut m, o, 0, OBJECT_BLOCKS / 2, 1);
+    for k in 0..24u32 {
+        m.snapshot();
+        alternate(&mut src, &mut m, k % 2, 1000 * u64::from(k + 1));
+    }
+    check(&mut src, &m, &[o], "source");
+    let s = src.store.clone();
+    let img = src.run(s.read_object_snaps(o)).unwrap().expect("held");
+    let ranges: usize = img
+        .clones
+        .iter()
+        .map(|c| c.extents.len() + c.holes.len())
+        .sum::<usize>()
+        + img.head.as_ref().map_or(0, Vec::len);
+    assert!(ranges > 512, "{ranges} ranges: more than one record holds");
+    let mut dst = Harness::fresh();
+    let d = dst.store.clone();
+    let records = dst.store.stats().records;
+    dst.run(d.replace_snaps(o, &img))
+        .expect("installed as a chain");
+    assert!(
+        dst.store.stats().records >= records + 2,
+        "a chain of records"
+    );
+    assert_eq!(dst.store.snaps(o), src.store.snaps(o));
+    check(&mut dst, &m, &[o], "copy");
+    let mut dst = dst.crash(9);
+    check(&mut dst, &m, &[o], "copy after a power failure");
+    assert_eq!(dst.store.volume_usage(), src.store.volume_usage());
+}
+
 /// A headless object whose newest clones were trimmed keeps a sequence
 /// above its newest clone: the copy has the same, so later writes open
 /// (or do not open) the same clones on both.
