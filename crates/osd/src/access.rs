@@ -204,15 +204,17 @@ impl AccessTable {
             Message::Diff(d) => object(d.target.oid, Op::Read),
             Message::Write(w) => object(w.target.oid, Op::Write),
             Message::Discard(d) => object(d.target.oid, Op::Write),
-            Message::SubOp(_) | Message::PeerQuery(_) | Message::Pull(_) | Message::Digest(_) => {
-                match peer.role {
-                    Role::Osd(id) if e.caps.allows(Op::OsdRole, None, None) && is_osd(id) => Ok(()),
-                    Role::Osd(id) if !is_osd(id) => {
-                        Err(denied(format!("{id} is not an OSD of the map")))
-                    }
-                    _ => Err(denied(format!("{entity} may not send OSD requests"))),
+            Message::SubOp(_)
+            | Message::PeerQuery(_)
+            | Message::Pull(_)
+            | Message::PullLayer(_)
+            | Message::Digest(_) => match peer.role {
+                Role::Osd(id) if e.caps.allows(Op::OsdRole, None, None) && is_osd(id) => Ok(()),
+                Role::Osd(id) if !is_osd(id) => {
+                    Err(denied(format!("{id} is not an OSD of the map")))
                 }
-            }
+                _ => Err(denied(format!("{entity} may not send OSD requests"))),
+            },
             _ => Ok(()),
         }
     }
@@ -353,6 +355,13 @@ mod tests {
             .authorize(&peer("osd.1"), &Message::Pull(target(1)), |_| false)
             .unwrap_err();
         assert!(no.why.contains("not an OSD of the map"), "{no:?}");
+        let layer = Message::PullLayer(pontoon_proto::PullLayerReq {
+            target: target(1),
+            layer: 2,
+        });
+        let no = t.authorize(&peer("client.rw"), &layer, all).unwrap_err();
+        assert!(no.why.contains("may not send OSD requests"), "{no:?}");
+        assert!(t.authorize(&peer("osd.1"), &layer, all).is_ok());
         let no = t
             .authorize(&peer("client.gone"), &discard(1), all)
             .unwrap_err();

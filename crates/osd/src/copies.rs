@@ -12,15 +12,22 @@
 //! the target held of its own. A target holding snapshot state of an
 //! object whose good copy has none gets it dropped the same way.
 //!
-//! A copy must fit one message (data within [`MAX_DATA`], fields within
-//! [`MAX_META`]) and a quarter of the target's journal. A larger one is refused
-//! before it is read in full: the refusal is counted
-//! (`pontoon_osd_recovery_refused_total`) and logged by the recovery that
-//! asked, and the object stays missing on its stale members (its PG stays
-//! degraded, recovery tries again every pass, and client I/O to the object
-//! gets a retryable `PgInactive` saying why) until the stale members leave
-//! the acting set or a staged copy exists, which is not built. Nothing is
-//! lost or silently skipped.
+//! A copy larger than one message (data within [`MAX_DATA`], fields
+//! within [`MAX_META`]: with 4 MiB objects, a head and three fully
+//! rewritten clones) moves a layer at a time: the puller asks for the head
+//! and then each clone with a `PullLayer`, each answered with the whole
+//! layout and that layer's data, and installs the copy only once every
+//! layer came with the same layout (a primary pushing such a copy sends a
+//! `Fetch` sub-operation instead: the target pulls it the same way). A copy
+//! is held in memory while it is assembled, so one larger than
+//! [`MAX_COPY_BYTES`], or one whose layer's fields do not fit a message or
+//! whose install does not fit a quarter of the target's journal, is
+//! refused: the refusal is counted (`pontoon_osd_recovery_refused_total`)
+//! and logged by the recovery that asked, and the object stays missing on
+//! its stale members (its PG stays degraded, recovery tries again every
+//! pass, and client I/O to the object gets a retryable `PgInactive` saying
+//! why) until the stale members leave the acting set. Nothing is lost or
+//! silently skipped.
 
 use std::rc::Rc;
 
@@ -31,6 +38,10 @@ use pontoon_types::{BLOCK_SIZE_U64, ObjectId};
 
 use crate::peers::Peers;
 use crate::shard::Shard;
+
+/// Most bytes of data one copy, assembled a layer at a time, may hold in
+/// memory: a 4 MiB object with 63 fully rewritten clones.
+pub(crate) const MAX_COPY_BYTES: u64 = 256 << 20;
 
 /// Encoded bytes of a replace sub-operation or a copy besides its ranges
 /// and clones (target, version, counts, flags), rounded up.
@@ -46,8 +57,7 @@ pub(crate) enum CopyError {
     /// Larger than one message carries.
     #[error(
         "{oid} with its snapshots is {data} bytes of data and about {fields} bytes of fields, \
-         more than one message carries ({MAX_DATA} and {MAX_META}); its stale copies stay \
-         missing until a staged copy exists (not built)"
+         more than one message carries ({MAX_DATA} and {MAX_META})"
     )]
     TooLarge {
         /// The object.
@@ -181,6 +191,24 @@ pub(crate) fn from_wire(
     })
 }
 
+/// Whether two layer answers describe the same copy: version, sequence,
+/// head or not, and every clone's id, completeness and holes.
+pub(crate) fn same_layout(a: &SnapImage, b: &SnapImage) -> bool {
+    a.version == b.version
+        && a.seq == b.seq
+        && a.head.is_some() == b.head.is_some()
+        && a.clones.len() == b.clones.len()
+        && a.clones
+            .iter()
+            .zip(&b.clones)
+            .all(|(x, y)| x.id == y.id && x.complete == y.complete && x.holes == y.holes)
+}
+
+/// Bytes of data in `extents`.
+pub(crate) fn extent_bytes(extents: &[(u64, AlignedBuf)]) -> u64 {
+    extents.iter().map(|(_, d)| d.len() as u64).sum()
+}
+
 /// Cuts `data` into the extents `ranges` describe; `None` if they disagree.
 pub(crate) fn split_extents(ranges: &[(u64, u64)], data: &[u8]) -> Option<Vec<(u64, AlignedBuf)>> {
     let mut at = 0usize;
@@ -217,8 +245,8 @@ pub(crate) fn pull_answer(
 
 impl<D: BlockDevice + 'static, P: Peers> Shard<D, P> {
     /// This OSD's whole copy of `oid`, `None` if it holds nothing of it. A
-    /// copy with more data than one message carries is refused (counted)
-    /// before its clones are read.
+    /// copy with more data than one message carries is refused before its
+    /// clones are read (it moves a layer at a time).
     pub(crate) async fn read_copy(
         self: &Rc<Self>,
         oid: ObjectId,
@@ -242,7 +270,6 @@ impl<D: BlockDevice + 'static, P: Peers> Shard<D, P> {
         };
         let data = head + info.clones.iter().map(|c| c.blocks).sum::<u64>() * BLOCK_SIZE_U64;
         if data > u64::from(MAX_DATA) {
-            self.metrics.recovery_refused();
             return Err(CopyError::TooLarge {
                 oid,
                 data,
@@ -252,17 +279,8 @@ impl<D: BlockDevice + 'static, P: Peers> Shard<D, P> {
         Ok(self.store.read_object_snaps(oid).await?)
     }
 
-    /// [`to_wire`], counting a refusal.
-    pub(crate) fn copy_to_wire(
-        &self,
-        oid: ObjectId,
-        img: &SnapImage,
-    ) -> Result<WireCopy, CopyError> {
-        to_wire(oid, img).inspect_err(|_| self.metrics.recovery_refused())
-    }
-
-    /// Installs `img` as this OSD's whole copy of `oid`, in one journal
-    /// record. A copy the store refuses as too large or malformed is
+    /// Installs `img` as this OSD's whole copy of `oid`, atomically. A copy
+    /// the store refuses as too large or malformed is
     /// counted. A copy with clones the map's snapshots no longer need schedules
     /// snap trim of its volume: it came from a member that had not
     /// trimmed yet.
@@ -294,8 +312,12 @@ impl<D: BlockDevice + 'static, P: Peers> Shard<D, P> {
                 .iter()
                 .any(|(off, d)| self.store.unallocated_blocks(oid, *off, d.len() as u64) > 0);
         }
-        let bytes = |e: &[(u64, AlignedBuf)]| e.iter().map(|(_, d)| d.len() as u64).sum::<u64>();
-        let new = bytes(head) + img.clones.iter().map(|c| bytes(&c.extents)).sum::<u64>();
+        let new = extent_bytes(head)
+            + img
+                .clones
+                .iter()
+                .map(|c| extent_bytes(&c.extents))
+                .sum::<u64>();
         let held_head: u64 = self
             .store
             .allocated(oid)

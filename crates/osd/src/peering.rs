@@ -29,12 +29,12 @@ use std::time::Duration;
 
 use futures::future::join_all;
 use pontoon_buf::AlignedBuf;
-use pontoon_proto::{Message, PeerQuery, Reply, Status, SubOp, SubOpKind, Target};
+use pontoon_proto::{Message, PeerQuery, PullLayerReq, Reply, Status, SubOp, SubOpKind, Target};
 use pontoon_store::{BlockDevice, SnapImage, StoreError};
 use pontoon_types::{Epoch, ObjectId, OsdId, PgId, Version};
 
-use crate::copies::{CopyError, from_wire};
-use crate::peers::Peers;
+use crate::copies::{CopyError, MAX_COPY_BYTES, extent_bytes, from_wire, same_layout, to_wire};
+use crate::peers::{PeerError, Peers};
 use crate::pg::{Missing, Phase};
 use crate::reclaim::volume_removed;
 use crate::shard::Shard;
@@ -397,11 +397,13 @@ impl<D: BlockDevice + 'static, P: Peers> Shard<D, P> {
             self.note_recovery_wait(pg, generation, Some(why.clone()));
             return Err(why);
         }
+        // `None`: our copy is at the version but larger than one message,
+        // so the stale members fetch it from us a layer at a time.
         let image = if m.stale.contains(&self.me) {
-            self.pull_and_install(pg, generation, target, &m).await?
+            Some(self.pull_and_install(pg, generation, target, &m).await?)
         } else {
             match self.read_copy(oid).await {
-                Ok(Some(img)) if img.version == m.version => img,
+                Ok(Some(img)) if img.version == m.version => Some(img),
                 Ok(other) => {
                     return Err(format!(
                         "local copy of {oid} is at {:?}, expected {}",
@@ -409,31 +411,46 @@ impl<D: BlockDevice + 'static, P: Peers> Shard<D, P> {
                         m.version
                     ));
                 }
+                Err(CopyError::TooLarge { .. })
+                    if self.store.held_version(oid) == Some(m.version) =>
+                {
+                    None
+                }
                 // Our copy rotted: take another holder's, and mend ours.
                 Err(CopyError::Store(e @ StoreError::Checksum { .. })) => {
                     tracing::warn!(osd = %self.me, %oid, "recovery source failed its checksum ({e}); pulling another copy");
-                    self.pull_and_install(pg, generation, target, &m).await?
+                    Some(self.pull_and_install(pg, generation, target, &m).await?)
                 }
                 Err(e) => return Err(format!("reading {oid}: {e}")),
             }
         };
-        let copy = self
-            .copy_to_wire(oid, &image)
-            .map_err(|e| format!("pushing {oid}: {e}"))?;
-        let data = Rc::new(copy.data);
         let op = SubOp {
             target,
             version: m.version,
-            kind: SubOpKind::Replace,
-            extents: copy.extents,
-            data_crc: crc32c::crc32c(&data),
+            kind: SubOpKind::Fetch,
+            extents: Vec::new(),
+            data_crc: crc32c::crc32c(&[]),
             snap_seq: 0,
-            snaps: copy.snaps.map(Box::new),
+            snaps: None,
+        };
+        let (op, data) = match image.as_ref().map(|img| to_wire(oid, img)) {
+            Some(Ok(copy)) => {
+                let data = Rc::new(copy.data);
+                let op = SubOp {
+                    kind: SubOpKind::Replace,
+                    extents: copy.extents,
+                    data_crc: crc32c::crc32c(&data),
+                    snaps: copy.snaps.map(Box::new),
+                    ..op
+                };
+                (op, Some(data))
+            }
+            _ => (op, None),
         };
         let msg = Message::SubOp(op);
         let pushes = m.stale.iter().copied().filter(|o| *o != self.me).map(|o| {
-            let (msg, data) = (&msg, &data);
-            async move { (o, self.member_call(o, pg, msg, Some(data)).await) }
+            let (msg, data) = (&msg, data.as_ref());
+            async move { (o, self.member_call(o, pg, msg, data).await) }
         });
         let results = join_all(pushes).await;
         let pushed = results.iter().filter(|(_, r)| r.is_ok()).count()
@@ -446,8 +463,9 @@ impl<D: BlockDevice + 'static, P: Peers> Shard<D, P> {
                 failures.push(format!("{o}: {why}"));
             }
         }
+        let bytes = data.as_ref().map_or(0, |d| d.len());
         self.metrics
-            .recovery(u64::from(left.is_empty()), (pushed * data.len()) as u64);
+            .recovery(u64::from(left.is_empty()), (pushed * bytes) as u64);
         let mut pgs = self.pgs.borrow_mut();
         if let Some(p) = pgs.get_mut(&pg).filter(|p| p.generation == generation) {
             if left.is_empty() {
@@ -503,7 +521,8 @@ impl<D: BlockDevice + 'static, P: Peers> Shard<D, P> {
     }
 
     /// Fetches `version` of an object, head and clones, from the first
-    /// holder that has it.
+    /// holder that has it: whole, or a layer at a time if the holder
+    /// refuses it as larger than one message.
     pub(crate) async fn pull_from(
         self: &Rc<Self>,
         holders: &[OsdId],
@@ -512,36 +531,19 @@ impl<D: BlockDevice + 'static, P: Peers> Shard<D, P> {
     ) -> Result<SnapImage, String> {
         let mut why = Vec::new();
         for &h in holders.iter().filter(|h| **h != self.me) {
-            let (have, extents, snaps, data) = match self
+            let answer = self
                 .peers
                 .call(h, target.pg, &Message::Pull(target), None)
-                .await
-            {
-                Ok((Message::Reply(r), data)) if r.status == Status::Ok => {
-                    (r.version, r.ranges, None, data)
+                .await;
+            let whole = match answer {
+                Ok((Message::Reply(r), _)) if r.status == Status::InvalidArgument => {
+                    self.pull_layers(h, target, version).await
                 }
-                Ok((Message::SnapCopy(c), data)) => (c.version, c.extents, Some(c.snaps), data),
-                Ok((Message::Reply(r), _)) => {
-                    why.push(format!("{h}: {:?} {}", r.status, r.message));
-                    continue;
-                }
-                Ok((m, _)) => {
-                    why.push(format!("{h}: unexpected {:?}", m.msg_type()));
-                    continue;
-                }
-                Err(e) => {
-                    why.push(e.to_string());
-                    continue;
-                }
+                answer => copy_answer(h, answer, version),
             };
-            if have != version {
-                why.push(format!("{h} has {have} not {version}"));
-                continue;
-            }
-            let data = data.unwrap_or_else(|| AlignedBuf::for_read(0));
-            match from_wire(version, &extents, snaps.as_ref(), &data) {
-                Some(img) => return Ok(img),
-                None => why.push(format!("{h} sent extents that do not match its data")),
+            match whole {
+                Ok(img) => return Ok(img),
+                Err(e) => why.push(e),
             }
         }
         if why.is_empty() {
@@ -552,6 +554,47 @@ impl<D: BlockDevice + 'static, P: Peers> Shard<D, P> {
             target.oid,
             why.join("; ")
         ))
+    }
+
+    /// Fetches `version` of an object from `holder` a layer at a time (the
+    /// head, then each clone), each answer with the whole layout, which
+    /// must stay the same; at most [`MAX_COPY_BYTES`] of data.
+    pub(crate) async fn pull_layers(
+        self: &Rc<Self>,
+        holder: OsdId,
+        target: Target,
+        version: Version,
+    ) -> Result<SnapImage, String> {
+        let pull = |layer: u64| async move {
+            let req = Message::PullLayer(PullLayerReq { target, layer });
+            let answer = self.peers.call(holder, target.pg, &req, None).await;
+            copy_answer(holder, answer, version)
+        };
+        let mut img = pull(0).await?;
+        let mut total = img.head.as_deref().map_or(0, extent_bytes);
+        for i in 0..img.clones.len() {
+            let part = pull(img.clones[i].id).await?;
+            if !same_layout(&img, &part) {
+                return Err(format!(
+                    "{holder}: {}'s clones changed while it was pulled",
+                    target.oid
+                ));
+            }
+            let Some(extents) = part.clones.into_iter().nth(i).map(|c| c.extents) else {
+                return Err(format!("{holder}: a layer answer without its clone"));
+            };
+            total += extent_bytes(&extents);
+            if total > MAX_COPY_BYTES {
+                self.metrics.recovery_refused();
+                return Err(format!(
+                    "{holder}: {} with its snapshots is more than {MAX_COPY_BYTES} bytes of data, \
+                     more than one copy may hold in memory",
+                    target.oid
+                ));
+            }
+            img.clones[i].extents = extents;
+        }
+        Ok(img)
     }
 
     /// Sends a versioned operation to a member, retrying for a while if it
@@ -605,4 +648,30 @@ impl<D: BlockDevice + 'static, P: Peers> Shard<D, P> {
             format!("{osd} has not seen this interval"),
         ))
     }
+}
+
+/// The copy a holder's answer to a pull (whole or one layer) carries, if
+/// it is at `version` and its ranges match its data.
+fn copy_answer(
+    holder: OsdId,
+    answer: Result<(Message, Option<AlignedBuf>), PeerError>,
+    version: Version,
+) -> Result<SnapImage, String> {
+    let (have, extents, snaps, data) = match answer {
+        Ok((Message::Reply(r), data)) if r.status == Status::Ok => {
+            (r.version, r.ranges, None, data)
+        }
+        Ok((Message::SnapCopy(c), data)) => (c.version, c.extents, Some(c.snaps), data),
+        Ok((Message::Reply(r), _)) => {
+            return Err(format!("{holder}: {:?} {}", r.status, r.message));
+        }
+        Ok((m, _)) => return Err(format!("{holder}: unexpected {:?}", m.msg_type())),
+        Err(e) => return Err(e.to_string()),
+    };
+    if have != version {
+        return Err(format!("{holder} has {have} not {version}"));
+    }
+    let data = data.unwrap_or_else(|| AlignedBuf::for_read(0));
+    from_wire(version, &extents, snaps.as_ref(), &data)
+        .ok_or_else(|| format!("{holder} sent extents that do not match its data"))
 }

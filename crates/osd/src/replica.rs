@@ -6,12 +6,12 @@ use std::rc::Rc;
 
 use pontoon_buf::AlignedBuf;
 use pontoon_proto::{
-    Message, PEER_PAGE, PeerInfo, PeerQuery, Reply, Status, SubOp, SubOpKind, Target,
+    Message, PEER_PAGE, PeerInfo, PeerQuery, PullLayerReq, Reply, Status, SubOp, SubOpKind, Target,
 };
 use pontoon_store::BlockDevice;
 use pontoon_types::{Epoch, ObjectId, OsdId, Version};
 
-use crate::copies::{CopyError, from_wire, pull_answer};
+use crate::copies::{CopyError, from_wire, pull_answer, to_wire};
 use crate::map::{PgEntry, pg_for};
 use crate::peers::Peers;
 use crate::pg::Pg;
@@ -69,7 +69,7 @@ impl<D: BlockDevice + 'static, P: Peers> Shard<D, P> {
         // An object whose head was deleted still has its version.
         let have = self.store.held_version(t.oid).unwrap_or(Version::ZERO);
         let superseded = match op.kind {
-            SubOpKind::Replace => have > op.version,
+            SubOpKind::Replace | SubOpKind::Fetch => have > op.version,
             _ => have >= op.version,
         };
         if superseded {
@@ -128,6 +128,16 @@ impl<D: BlockDevice + 'static, P: Peers> Shard<D, P> {
                     }
                 }
             }
+            SubOpKind::Fetch => match self.pull_layers(from, t, op.version).await {
+                Ok(img) => {
+                    let grows = self.copy_grows(t.oid, &img);
+                    if let Some(why) = self.backfill_refusal(self.me).filter(|_| grows) {
+                        return error(Status::NoSpace, known, why);
+                    }
+                    self.install_copy(t.oid, &img).await
+                }
+                Err(why) => return error(Status::Io, known, why),
+            },
             SubOpKind::Delete => self.store.delete_snap(t.oid, op.version, op.snap_seq).await,
         };
         match r {
@@ -246,7 +256,7 @@ impl<D: BlockDevice + 'static, P: Peers> Shard<D, P> {
     /// recovering primary.
     pub(crate) async fn answer_pull(self: &Rc<Self>, t: Target) -> (Message, Option<AlignedBuf>) {
         let copy = match self.read_copy(t.oid).await {
-            Ok(Some(img)) => self.copy_to_wire(t.oid, &img).map(|w| (img.version, w)),
+            Ok(Some(img)) => to_wire(t.oid, &img).map(|w| (img.version, w)),
             Ok(None) => return (Message::Reply(Reply::ok(Version::ZERO)), None),
             Err(e) => Err(e),
         };
@@ -254,7 +264,42 @@ impl<D: BlockDevice + 'static, P: Peers> Shard<D, P> {
             Ok((version, w)) => pull_answer(version, w),
             Err(CopyError::Store(e)) => error(status_of(&e), Epoch(0), e.to_string()),
             Err(e @ CopyError::TooLarge { .. }) => {
-                tracing::warn!(osd = %self.me, oid = %t.oid, "pull refused: {e}");
+                // The puller asks again a layer at a time.
+                tracing::debug!(osd = %self.me, oid = %t.oid, "whole pull refused: {e}");
+                error(Status::InvalidArgument, Epoch(0), e.to_string())
+            }
+        }
+    }
+
+    /// Sends one layer of this OSD's copy of an object (the head, or one
+    /// clone) with the whole layout, for a copy too large for one message.
+    pub(crate) async fn answer_pull_layer(
+        self: &Rc<Self>,
+        req: PullLayerReq,
+    ) -> (Message, Option<AlignedBuf>) {
+        let oid = req.target.oid;
+        let img = match self.store.read_object_layers(oid, |l| l == req.layer).await {
+            Ok(Some(img)) => img,
+            Ok(None) => return (Message::Reply(Reply::ok(Version::ZERO)), None),
+            Err(e) => return error(status_of(&e), Epoch(0), e.to_string()),
+        };
+        let held = if req.layer == 0 {
+            img.head.is_some()
+        } else {
+            img.clones.iter().any(|c| c.id == req.layer)
+        };
+        if !held {
+            return error(
+                Status::InvalidArgument,
+                Epoch(0),
+                format!("{oid} has no layer {} here", req.layer),
+            );
+        }
+        match to_wire(oid, &img) {
+            Ok(w) => pull_answer(img.version, w),
+            Err(e) => {
+                self.metrics.recovery_refused();
+                tracing::warn!(osd = %self.me, %oid, layer = req.layer, "layer pull refused: {e}");
                 error(Status::InvalidArgument, Epoch(0), e.to_string())
             }
         }

@@ -427,6 +427,7 @@ impl<D: BlockDevice + 'static, P: Peers> Handler for Shard<D, P> {
             }
             (Message::PeerQuery(q), Role::Osd(from)) => self.answer_peer_query(from, q).await,
             (Message::Pull(t), Role::Osd(_)) => self.answer_pull(t).await,
+            (Message::PullLayer(p), Role::Osd(_)) => self.answer_pull_layer(p).await,
             (Message::Digest(q), Role::Osd(_)) => self.answer_digest(q).await,
             (m, role) => error(
                 Status::InvalidArgument,

@@ -13,7 +13,8 @@ use pontoon_net::RpcConn;
 use pontoon_osd::testkit::TestOsd;
 use pontoon_osd::{PastInterval, PgEntry, PgStatus, PoolParams, ShardMap, pg_for};
 use pontoon_proto::{
-    DiscardReq, Message, ReadReq, Reply, Role, Status, SubOp, SubOpKind, Target, WriteReq,
+    DiscardReq, Message, PullLayerReq, ReadReq, Reply, Role, Status, SubOp, SubOpKind, Target,
+    WriteReq,
 };
 use pontoon_types::{Epoch, ObjectId, OsdId, PgId, PoolId, Version};
 
@@ -820,24 +821,61 @@ async fn holds_generation(m: &ShardMap, oid: ObjectId, snap: Option<u64>, genera
     ok
 }
 
-/// An object whose head and four clones (20 MiB) do not fit one message
-/// cannot be recovered yet: it stays missing on the stale OSD, its PG never
-/// reports clean, reads of it fail with a retryable error that says why,
-/// and nothing of it changes anywhere. Once the stale OSD is gone, the
-/// holders serve every snapshot of it exactly.
+/// OSD `addr`'s copy of `oid` a layer at a time, as it answers layer
+/// pulls: the head's answer, then each clone's.
+async fn pull_by_layer(addr: SocketAddr, oid: ObjectId) -> Vec<(Message, Vec<u8>)> {
+    let c = RpcConn::connect(addr, Role::Osd(OsdId(900)), Duration::from_secs(5))
+        .await
+        .expect("connect");
+    let target = Target {
+        pg: pg_for(POOL, PGS, oid),
+        epoch: Epoch(0),
+        oid,
+    };
+    let c = &c;
+    let layer = |layer| async move {
+        let req = Message::PullLayer(PullLayerReq { target, layer });
+        let (m, d) = c
+            .call(&req, None, Duration::from_secs(20))
+            .await
+            .expect("osd answers");
+        (m, d.map(|d| d.to_vec()).unwrap_or_default())
+    };
+    let head = layer(0).await;
+    let Message::SnapCopy(copy) = &head.0 else {
+        panic!(
+            "{addr}: {oid}'s head comes without its layout: {:?}",
+            head.0
+        );
+    };
+    let ids: Vec<u64> = copy.snaps.clones.iter().map(|c| c.id).collect();
+    let mut out = vec![head];
+    for id in ids {
+        out.push(layer(id).await);
+    }
+    out
+}
+
+/// Objects whose head and four clones (20 MiB) do not fit one message are
+/// recovered a layer at a time, in both directions: one where the stale
+/// OSD is the PG's primary (it pulls the layers) and one where it is a
+/// replica (the primary sends a fetch, the replica pulls the layers).
+/// Every PG comes back clean, every member holds the same layers, and the
+/// rebuilt OSD alone serves every snapshot of both exactly.
 #[test]
-fn an_object_too_large_for_one_copy_stays_missing_and_is_never_lost() {
+fn objects_too_large_for_one_message_are_recovered_a_layer_at_a_time() {
     let dir = tempfile::tempdir().unwrap();
     let (mut osds, mut addrs) = start_osds(dir.path(), 3);
     let all = [0, 1, 2];
     let full = |i: u32| rotated(&all, i as usize);
     let without_2 = |i: u32| full(i).into_iter().filter(|o| *o != 2).collect::<Vec<_>>();
-    let big = ObjectId::new(VOLUME, 0);
-    let big_pg = pg_for(POOL, PGS, big);
-    let small = (1..)
-        .map(|i| ObjectId::new(VOLUME, i))
-        .find(|o| pg_for(POOL, PGS, *o) != big_pg)
-        .expect("an object in another PG");
+    let find = |primary_is_2: bool| {
+        (0..)
+            .map(|i| ObjectId::new(VOLUME, i))
+            .find(|o| (full(pg_for(POOL, PGS, *o).index)[0] == 2) == primary_is_2)
+            .expect("an object in such a PG")
+    };
+    let bigs = [find(true), find(false)];
     let rt = compio::runtime::Runtime::new().unwrap();
     assert_eq!(OBJECT_BLOCKS * 4096, 4 << 20);
 
@@ -845,10 +883,10 @@ fn an_object_too_large_for_one_copy_stays_missing_and_is_never_lost() {
     install(&m1, &osds.values().collect::<Vec<_>>());
     wait_all_clean(&osds.values().collect::<Vec<_>>(), "interval 1");
     rt.block_on(async {
-        write_whole(&m1, big, 100, 0).await;
-        assert_eq!(write(&m1, small, 0, &fill(1), 0).await.status, Status::Ok);
+        for big in bigs {
+            write_whole(&m1, big, 100, 0).await;
+        }
     });
-    let before = rt.block_on(pull(addrs[&2], big));
 
     // osd 2 stops; four snapshots, each followed by a full overwrite.
     osds.remove(&2).expect("osd 2").stop();
@@ -857,14 +895,20 @@ fn an_object_too_large_for_one_copy_stays_missing_and_is_never_lost() {
         let m = map_with(1 + seq, 2, &addrs, &[0, 1], Some(seq), 2, &degraded);
         install(&m, &osds.values().collect::<Vec<_>>());
         rt.block_on(async {
-            write_whole(&m, big, 100 + seq, seq).await;
-            if seq == 1 {
-                assert_eq!(write(&m, small, 0, &fill(2), 1).await.status, Status::Ok);
+            for big in bigs {
+                write_whole(&m, big, 100 + seq, seq).await;
             }
         });
     }
+    let whole = rt.block_on(pull(addrs[&0], bigs[0]));
+    assert!(
+        matches!(&whole.0, Message::Reply(r) if r.status == Status::InvalidArgument
+            && r.message.contains("more than one message carries")),
+        "a whole pull is refused: {:?}",
+        whole.0
+    );
 
-    // osd 2 returns: the small object recovers, the big one cannot.
+    // osd 2 returns and is recovered.
     osds.insert(2, TestOsd::start(2, osd_path(dir.path(), 2), None));
     addrs.insert(2, osds[&2].addr);
     let back = map_with(6, 6, &addrs, &all, Some(4), 2, &|i| {
@@ -872,73 +916,44 @@ fn an_object_too_large_for_one_copy_stays_missing_and_is_never_lost() {
     });
     let refs: Vec<&TestOsd> = osds.values().collect();
     install(&back, &refs);
-    // Every PG recovers but the big object's, which keeps it missing.
-    wait_all(&refs, "osd 2 back", |s| match s.pg == big_pg {
-        true => s.missing == 1 && s.state == "active+degraded+recovering",
-        false => s.state == "active+clean",
-    });
-    let read_big = |target| {
-        Message::Read(ReadReq {
-            target,
-            offset: 0,
-            len: 4096,
-            snap: Some(1),
-        })
-    };
-    let (r, _) = rt.block_on(call_within(&back, big, read_big, None, Duration::ZERO));
-    assert_eq!(r.status, Status::PgInactive, "{}", r.message);
-    assert!(
-        r.message.contains("more than one message carries"),
-        "the refusal says why: {}",
-        r.message
-    );
-    assert!(r.status.is_retryable());
-    let statuses: Vec<PgStatus> = refs.iter().flat_map(|o| o.status()).collect();
-    let big_status = statuses
-        .iter()
-        .find(|s| s.pg == big_pg && s.state.starts_with("active"))
-        .expect("the big object's PG has an active primary");
-    assert_eq!(big_status.missing, 1, "{big_status:?}");
-    assert_ne!(big_status.state, "active+clean");
-    // The PG's status (what OSDs report, and health shows) says why its
-    // recovery does not finish.
-    let detail = big_status.detail.as_deref().unwrap_or_default();
-    assert!(
-        detail.contains(&format!("recovery of {big} fails"))
-            && detail.contains("more than one message carries"),
-        "{big_status:?}"
-    );
-    for s in statuses
-        .iter()
-        .filter(|s| s.state.starts_with("active") && s.pg != big_pg)
-    {
-        assert_eq!(s.state, "active+clean", "{s:?}");
-    }
-    assert_eq!(rt.block_on(read(&back, small, 0, Some(1))), fill(1));
-    assert_eq!(
-        rt.block_on(pull(addrs[&2], big)),
-        before,
-        "osd 2's copy is untouched"
-    );
-
-    // Without osd 2, its holders serve it whole.
-    drop(refs);
-    osds.remove(&2).expect("osd 2").stop();
-    let gone = map_with(7, 7, &addrs, &[0, 1], Some(4), 2, &|i| {
-        (without_2(i), vec![(6, full(i))])
-    });
-    let refs: Vec<&TestOsd> = osds.values().collect();
-    install(&gone, &refs);
-    wait_all(&refs, "osd 2 gone", |s| {
-        s.state == "active+undersized+degraded"
-    });
+    wait_all_clean(&refs, "osd 2 back");
+    assert!(recovered(&refs) >= 2, "both objects were recovered");
     rt.block_on(async {
-        assert!(holds_generation(&gone, big, None, 104).await, "head");
-        for snap in 1..=4u64 {
+        for big in bigs {
+            let layers = pull_by_layer(addrs[&0], big).await;
+            assert_eq!(layers.len(), 5, "{big}: the head and four clones");
+            for o in [1, 2] {
+                assert!(
+                    pull_by_layer(addrs[&o], big).await == layers,
+                    "{big} differs on osd {o}"
+                );
+            }
+        }
+    });
+
+    // osd 2 alone serves both whole.
+    drop(refs);
+    for i in [0, 1] {
+        osds.remove(&i).expect("running").stop();
+    }
+    let alone = map_with(7, 7, &addrs, &[2], Some(4), 1, &|i| {
+        (vec![2], vec![(6, full(i))])
+    });
+    let osd = &osds[&2];
+    install(&alone, &[osd]);
+    wait_alone(osd, "osd 2 alone");
+    rt.block_on(async {
+        for big in bigs {
             assert!(
-                holds_generation(&gone, big, Some(snap), 99 + snap).await,
-                "snapshot {snap}"
+                holds_generation(&alone, big, None, 104).await,
+                "{big}: head"
             );
+            for snap in 1..=4u64 {
+                assert!(
+                    holds_generation(&alone, big, Some(snap), 99 + snap).await,
+                    "{big}: snapshot {snap}"
+                );
+            }
         }
     });
 }

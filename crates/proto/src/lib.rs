@@ -22,5 +22,6 @@ pub use handshake::{AuthChallenge, AuthHello, AuthProof};
 pub use image::{CloneLayout, MAX_IMAGE_CLONES, SnapCopy, SnapLayout};
 pub use message::{
     DigestReq, DiscardReq, Hello, Message, MsgType, ObjectDigest, PEER_PAGE, PROTOCOL_VERSION,
-    PeerInfo, PeerQuery, ReadReq, Reply, Role, Session, Status, SubOp, SubOpKind, Target, WriteReq,
+    PeerInfo, PeerQuery, PullLayerReq, ReadReq, Reply, Role, Session, Status, SubOp, SubOpKind,
+    Target, WriteReq,
 };

@@ -19,8 +19,9 @@ use crate::image::{SnapCopy, SnapLayout};
 /// Protocol revision spoken; a peer with another one is refused at hello.
 /// 6: replace sub-ops carry an optional snapshot layout, pulls of objects
 /// with snapshot state are answered with a [`SnapCopy`], and the
-/// changed-extents query ([`DiffReq`]) exists.
-pub const PROTOCOL_VERSION: u32 = 6;
+/// changed-extents query ([`DiffReq`]) exists. 7: a copy larger than one
+/// message moves a layer at a time ([`PullLayerReq`], [`SubOpKind::Fetch`]).
+pub const PROTOCOL_VERSION: u32 = 7;
 /// Longest error text carried in a reply.
 const MAX_MESSAGE_TEXT: usize = 1024;
 /// Most objects one peering answer may list.
@@ -66,6 +67,8 @@ pub enum MsgType {
     DigestInfo = 36,
     /// [`SnapCopy`] (a pull's answer).
     SnapCopy = 37,
+    /// [`PullLayerReq`].
+    PullLayer = 38,
 }
 
 impl MsgType {
@@ -90,6 +93,7 @@ impl MsgType {
             35 => Self::Digest,
             36 => Self::DigestInfo,
             37 => Self::SnapCopy,
+            38 => Self::PullLayer,
             _ => return Err(ProtoError::UnknownType(v)),
         })
     }
@@ -196,6 +200,21 @@ pub enum SubOpKind {
     Replace = 3,
     /// Remove the object.
     Delete = 4,
+    /// Take the object at the sub-op's version, head and clones, from the
+    /// sender with [`PullLayerReq`]s and install it (a recovery push of a
+    /// copy larger than one message). No extents, no data.
+    Fetch = 5,
+}
+
+/// Recovery: one layer of an object's copy, for a copy larger than one
+/// message. Answered like a pull, with a [`SnapCopy`] whose layout lists
+/// every clone (ids, holes) but the extents and data of that layer only.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PullLayerReq {
+    /// Object and interval.
+    pub target: Target,
+    /// 0 for the head, otherwise the clone's snapshot id.
+    pub layer: u64,
 }
 
 /// An operation the primary sends to a replica, already versioned.
@@ -429,6 +448,8 @@ pub enum Message {
     DigestInfo(ObjectDigest),
     /// A pull's answer for an object with snapshot state.
     SnapCopy(SnapCopy),
+    /// Recovery: send me one layer of your copy of this object.
+    PullLayer(PullLayerReq),
 }
 
 impl Message {
@@ -450,6 +471,7 @@ impl Message {
             Message::Digest(_) => MsgType::Digest,
             Message::DigestInfo(_) => MsgType::DigestInfo,
             Message::SnapCopy(_) => MsgType::SnapCopy,
+            Message::PullLayer(_) => MsgType::PullLayer,
         }
     }
 
@@ -545,6 +567,10 @@ impl Message {
                 }
             }
             Message::SnapCopy(c) => c.encode(&mut w),
+            Message::PullLayer(p) => {
+                w.target(&p.target);
+                w.u64(p.layer);
+            }
             Message::PeerQuery(q) => {
                 w.u32(q.pg.pool.0);
                 w.u32(q.pg.index);
@@ -595,6 +621,7 @@ impl Message {
             MsgType::Digest => "digest",
             MsgType::DigestInfo => "digest info",
             MsgType::SnapCopy => "snapshot copy",
+            MsgType::PullLayer => "layer pull",
         };
         let mut r = R {
             d: Decoder::new(meta),
@@ -701,6 +728,7 @@ impl Message {
                     2 => SubOpKind::Discard,
                     3 => SubOpKind::Replace,
                     4 => SubOpKind::Delete,
+                    5 => SubOpKind::Fetch,
                     _ => return Err(r.err("unknown kind")),
                 };
                 let extents = r.ranges()?;
@@ -727,6 +755,10 @@ impl Message {
                 })
             }
             MsgType::SnapCopy => Message::SnapCopy(SnapCopy::decode(&mut r)?),
+            MsgType::PullLayer => Message::PullLayer(PullLayerReq {
+                target: r.target()?,
+                layer: r.u64()?,
+            }),
             MsgType::PeerQuery => {
                 let pg = PgId::new(r.u32()?, r.u32()?);
                 let epoch = Epoch(r.u64()?);
@@ -850,6 +882,10 @@ mod tests {
                 to: DiffView::Snap(9),
             }),
             Message::Pull(target()),
+            Message::PullLayer(PullLayerReq {
+                target: target(),
+                layer: 7,
+            }),
             Message::Ping,
             Message::Digest(DigestReq {
                 target: target(),
@@ -894,6 +930,15 @@ mod tests {
                     has_head: false,
                     ..layout()
                 })),
+            }),
+            Message::SubOp(SubOp {
+                target: target(),
+                version: Version::new(9, 5),
+                kind: SubOpKind::Fetch,
+                extents: Vec::new(),
+                data_crc: 0,
+                snap_seq: 0,
+                snaps: None,
             }),
             Message::SubOp(SubOp {
                 target: target(),

@@ -159,6 +159,18 @@ impl<D: BlockDevice> Store<D> {
     /// [`Store::read_object`] per layer; the caller keeps writes to the
     /// object out while it copies (as recovery does).
     pub async fn read_object_snaps(&self, oid: ObjectId) -> Result<Option<SnapImage>> {
+        self.read_object_layers(oid, |_| true).await
+    }
+
+    /// [`Store::read_object_snaps`] with the data of the layers `pick`
+    /// chooses only (0: the head, otherwise a clone's id): the others come
+    /// back with their holes but no extents (a copy moved a layer at a
+    /// time).
+    pub async fn read_object_layers(
+        &self,
+        oid: ObjectId,
+        pick: impl Fn(u64) -> bool,
+    ) -> Result<Option<SnapImage>> {
         let (version, seq, has_head, clones, nblk) = {
             let st = self.inner.st.borrow();
             let Some(obj) = st.objects.get(&oid) else {
@@ -181,13 +193,24 @@ impl<D: BlockDevice> Store<D> {
                 st.layout.object_blocks,
             )
         };
-        let head = if has_head {
+        let head = if !has_head {
+            None
+        } else if pick(0) {
             self.read_object(oid).await?.map(|i| i.extents)
         } else {
-            None
+            Some(Vec::new())
         };
         let mut images = Vec::with_capacity(clones.len());
         for (id, complete, holes) in clones {
+            if !pick(id) {
+                images.push(CloneImage {
+                    id,
+                    complete,
+                    extents: Vec::new(),
+                    holes,
+                });
+                continue;
+            }
             let (data, _, map) = self
                 .read_blocks(oid, Some(View::Clone(id)), 0, nblk, true)
                 .await?;
