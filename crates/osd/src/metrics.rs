@@ -108,8 +108,9 @@ impl ShardMetrics {
         self.recovery_bytes.add(bytes);
     }
 
-    /// An object copy could not be sent or installed (too large for one
-    /// message or journal record, or malformed).
+    /// An object copy could not be sent or installed (over
+    /// [`crate::copies::MAX_COPY_BYTES`], a layer's fields over one
+    /// message, an install over a quarter of the journal, or malformed).
     pub(crate) fn recovery_refused(&self) {
         self.recovery_refused.add(1);
     }
@@ -234,8 +235,9 @@ pub fn add_osd_metrics(
     e.counter(
         "pontoon_osd_recovery_refused_total",
         "Whole object copies (head and snapshot clones) recovery could not send or install: \
-         too large for one message or journal record, or malformed. The object stays missing \
-         on its stale members and is tried again every recovery pass.",
+         over 256 MiB of data, a layer's fields over one message, an install over a quarter of \
+         the journal, or malformed. The object stays missing on its stale members and is tried \
+         again every recovery pass.",
         l(),
         sum(&|m| m.recovery_refused.get()),
     );
