@@ -25,9 +25,10 @@
 //! the clone has not written (blocks that read zeros in the parent are
 //! skipped: they read zeros once detached too), then the caller detaches
 //! the parent in the map. It only fills holes, so an interrupted flatten
-//! is rerun from the start at the cost of the allocation queries. It must
-//! not race writers of the same blocks: a write that lands between a
-//! hole's query and its fill is overwritten by the parent's data.
+//! is rerun from the start at the cost of the allocation queries. Its
+//! writes are fills ([`pontoon_proto::WriteReq::fill`]): the primary
+//! writes only the blocks the object still lacks, decided under the
+//! object's lock, so a client writing the clone meanwhile keeps its data.
 
 use std::cell::RefCell;
 use std::rc::Rc;
@@ -344,7 +345,14 @@ impl Volume {
                     block += BLOCK_SIZE_U64;
                 }
                 let (a, b) = ((run - first) as usize, (block - first) as usize);
-                self.write_at(base + run, &from[a..b]).await?;
+                let piece = Piece {
+                    oid,
+                    offset: run,
+                    len: block - run,
+                    at: 0,
+                };
+                let data = Rc::new(AlignedBuf::copy_from(&from[a..b]));
+                self.send_write(&piece, data, true).await?;
                 copied += block - run;
             }
         }

@@ -191,6 +191,19 @@ impl Volume {
 
     /// Writes one object's part of a write.
     async fn write_piece(&self, p: &Piece, data: Rc<AlignedBuf>) -> Result<(), ClientError> {
+        self.send_write(p, data, false).await?;
+        self.note_write(p);
+        Ok(())
+    }
+
+    /// Sends one object's part of a write; with `fill`, the primary writes
+    /// only the blocks the object does not hold yet ([`WriteReq::fill`]).
+    pub(crate) async fn send_write(
+        &self,
+        p: &Piece,
+        data: Rc<AlignedBuf>,
+        fill: bool,
+    ) -> Result<(), ClientError> {
         let crc = crc32c::crc32c(&data);
         self.transport
             .call(
@@ -201,13 +214,13 @@ impl Volume {
                         offset: p.offset,
                         data_crc: crc,
                         fua: false,
+                        fill,
                         snap_seq,
                     })
                 },
                 Some(&data),
             )
             .await?;
-        self.note_write(p);
         Ok(())
     }
 

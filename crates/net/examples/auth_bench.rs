@@ -126,6 +126,7 @@ fn run_case(
                     offset: 0,
                     data_crc: 0,
                     fua: false,
+                    fill: false,
                     snap_seq: 0,
                 })
             } else {

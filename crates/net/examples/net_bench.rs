@@ -56,6 +56,7 @@ fn run_case(addr: SocketAddr, write: bool, size: usize, depth: usize, secs: f64)
                         offset: 0,
                         data_crc: 0,
                         fua: false,
+                        fill: false,
                         snap_seq: 0,
                     })
                 } else {

@@ -353,6 +353,7 @@ mod cost {
             offset: 0,
             data_crc: 0,
             fua: false,
+            fill: false,
             snap_seq: 0,
         });
         let read = Message::Read(ReadReq {

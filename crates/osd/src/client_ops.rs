@@ -288,27 +288,91 @@ impl<D: BlockDevice + 'static, P: Peers> Shard<D, P> {
         if let Some(why) = self.full_refusal(&t, w.offset, len) {
             return error(Status::NoSpace, Epoch(0), why);
         }
+        if w.fill {
+            return self.client_fill(w, data).await;
+        }
+        self.write_range(w, (w.offset, w.data_crc), data, None)
+            .await
+    }
+
+    /// Writes `data` (with its checksum) at `offset` of `w`'s object like
+    /// `w` (versioned and replicated), unless `unless` says otherwise under
+    /// the object's lock.
+    async fn write_range(
+        self: &Rc<Self>,
+        w: WriteReq,
+        (offset, data_crc): (u64, u32),
+        data: AlignedBuf,
+        unless: Option<&dyn Fn() -> bool>,
+    ) -> Answer {
+        let t = w.target;
+        let len = data.len() as u64;
         let op = |t: Target, version| SubOp {
             target: t,
             version,
             kind: SubOpKind::Write,
-            extents: vec![(w.offset, len)],
-            data_crc: w.data_crc,
+            extents: vec![(offset, len)],
+            data_crc,
             snap_seq: w.snap_seq,
             snaps: None,
         };
-        let span = (w.offset, len, w.snap_seq);
-        self.mutate(t, span, op, Some(data), |version, data| {
+        let span = (offset, len, w.snap_seq);
+        self.mutate(t, span, op, Some(data), unless, |version, data| {
             let store = self.store.clone();
             async move {
                 let data =
                     data.ok_or_else(|| StoreError::InvalidArgument("write without data".into()))?;
                 store
-                    .write_snap(t.oid, w.offset, data, version, w.snap_seq)
+                    .write_snap(t.oid, offset, data, version, w.snap_seq)
                     .await
             }
         })
         .await
+    }
+
+    /// A flatten's write ([`WriteReq::fill`]): only the runs of blocks the
+    /// object does not hold are written, each versioned and replicated like
+    /// a write. Each run is checked again under the object's lock, so a
+    /// client write landing meanwhile is never overwritten: the runs are
+    /// then worked out again (a few times at most, then `Busy`).
+    async fn client_fill(self: &Rc<Self>, w: WriteReq, data: AlignedBuf) -> Answer {
+        const ATTEMPTS: usize = 8;
+        let t = w.target;
+        let end = w.offset + data.len() as u64;
+        let mut last = (Message::Reply(Reply::ok(Version::ZERO)), None);
+        for _ in 0..ATTEMPTS {
+            let raced = std::cell::Cell::new(false);
+            let runs = unallocated_runs(&self.store.allocated(t.oid), w.offset, end);
+            for (s, e) in runs {
+                let held = || {
+                    let taken =
+                        self.store.unallocated_blocks(t.oid, s, e - s) != (e - s) / BLOCK_SIZE_U64;
+                    raced.set(raced.get() || taken);
+                    taken
+                };
+                let at = (s - w.offset) as usize..(e - w.offset) as usize;
+                let piece = AlignedBuf::copy_from(&data[at]);
+                let crc = crc32c::crc32c(&piece);
+                last = self.write_range(w, (s, crc), piece, Some(&held)).await;
+                if raced.get() {
+                    break;
+                }
+                if !matches!(&last.0, Message::Reply(r) if r.status == Status::Ok) {
+                    return last;
+                }
+            }
+            if !raced.get() {
+                return last;
+            }
+        }
+        error(
+            Status::Busy,
+            Epoch(0),
+            format!(
+                "{}: the range kept being written while it was filled",
+                t.oid
+            ),
+        )
     }
 
     /// Replicates a client discard to every acting member.
@@ -324,7 +388,7 @@ impl<D: BlockDevice + 'static, P: Peers> Shard<D, P> {
             snaps: None,
         };
         let span = (d.offset, d.len, d.snap_seq);
-        self.mutate(t, span, op, None, |version, _| {
+        self.mutate(t, span, op, None, None, |version, _| {
             let store = self.store.clone();
             async move {
                 store
@@ -359,13 +423,16 @@ impl<D: BlockDevice + 'static, P: Peers> Shard<D, P> {
     /// The common path of writes and discards: lock the object, check the
     /// snap context, recover the object if needed, stamp a version, apply
     /// locally and on every other member at once, and answer once all have
-    /// it durable. `span` is (offset, length, snap context).
+    /// it durable. `span` is (offset, length, snap context). If `unless`
+    /// says so once the object is locked and recovered, nothing is done
+    /// (answered `Ok` with the object's version).
     async fn mutate<F, Fut>(
         self: &Rc<Self>,
         t: Target,
         (offset, len, snap_seq): (u64, u64, u64),
         make_op: impl Fn(Target, Version) -> SubOp,
         data: Option<AlignedBuf>,
+        unless: Option<&dyn Fn() -> bool>,
         local: F,
     ) -> Answer
     where
@@ -386,6 +453,10 @@ impl<D: BlockDevice + 'static, P: Peers> Shard<D, P> {
         }
         if let Err(a) = self.ensure_recovered(&t, &c).await {
             return a;
+        }
+        if unless.is_some_and(|f| f()) {
+            let have = self.store.held_version(t.oid).unwrap_or(Version::ZERO);
+            return (Message::Reply(Reply::ok(have)), None);
         }
         // The primary holds every object of the PG it serves (recovered
         // first when it lacked one), so none here means a new object.
@@ -526,4 +597,27 @@ impl<D: BlockDevice + 'static, P: Peers> Shard<D, P> {
             });
         }
     }
+}
+
+/// The runs of `start..end` that `allocated` (ascending, disjoint byte
+/// ranges) does not cover.
+fn unallocated_runs(allocated: &[std::ops::Range<u64>], start: u64, end: u64) -> Vec<(u64, u64)> {
+    let mut out = Vec::new();
+    let mut at = start;
+    for r in allocated {
+        if r.end <= at {
+            continue;
+        }
+        if r.start >= end {
+            break;
+        }
+        if r.start > at {
+            out.push((at, r.start));
+        }
+        at = r.end;
+    }
+    if at < end {
+        out.push((at, end));
+    }
+    out
 }

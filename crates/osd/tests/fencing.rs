@@ -94,6 +94,7 @@ fn write(epoch: u64, data: &[u8]) -> Message {
         offset: 0,
         data_crc: crc32c::crc32c(data),
         fua: false,
+        fill: false,
         snap_seq: 0,
     })
 }

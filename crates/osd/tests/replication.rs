@@ -223,6 +223,7 @@ impl TestClient {
                         offset: off,
                         data_crc: crc,
                         fua: false,
+                        fill: false,
                         snap_seq: 0,
                     })
                 },

@@ -204,6 +204,7 @@ async fn write(m: &ShardMap, oid: ObjectId, off: u64, data: &[u8], snap_seq: u64
             offset: off,
             data_crc: crc,
             fua: false,
+            fill: false,
             snap_seq,
         })
     };
@@ -819,6 +820,70 @@ async fn holds_generation(m: &ShardMap, oid: ObjectId, snap: Option<u64>, genera
         ok &= got.chunks(4096).all(|b| b == want.as_slice());
     }
     ok
+}
+
+/// A fill write (a clone's flatten) writes only the blocks the object does
+/// not hold: blocks a client wrote before keep the client's data, on every
+/// replica, and a fill over a wholly written range changes nothing.
+#[test]
+fn a_fill_write_never_overwrites_what_the_object_holds() {
+    let dir = tempfile::tempdir().unwrap();
+    let (osds, addrs) = start_osds(dir.path(), 3);
+    let all = [0, 1, 2];
+    let full = |i: u32| rotated(&all, i as usize);
+    let refs: Vec<&TestOsd> = osds.values().collect();
+    let m = map_with(1, 1, &addrs, &all, Some(0), 2, &|i| (full(i), vec![]));
+    install(&m, &refs);
+    wait_all_clean(&refs, "interval 1");
+    let oid = ObjectId::new(VOLUME, 3);
+    let rt = compio::runtime::Runtime::new().unwrap();
+    let fill_write = |off: u64, data: Vec<u8>| {
+        let m = &m;
+        async move {
+            let crc = crc32c::crc32c(&data);
+            let msg = |target| {
+                Message::Write(WriteReq {
+                    target,
+                    offset: off,
+                    data_crc: crc,
+                    fua: false,
+                    fill: true,
+                    snap_seq: 0,
+                })
+            };
+            call(m, oid, msg, Some(&data)).await.0
+        }
+    };
+    rt.block_on(async {
+        // The client's blocks: 1 and 4..6 of 0..8.
+        let client = [1u64, 4, 5];
+        for b in client {
+            let r = write(&m, oid, b * 4096, &vec![0xc1; 4096], 0).await;
+            assert_eq!(r.status, Status::Ok, "{}", r.message);
+        }
+        let r = fill_write(0, vec![0xf1; 8 * 4096]).await;
+        assert_eq!(r.status, Status::Ok, "{}", r.message);
+        let got = read_len(&m, oid, 0, 8 * 4096, None).await;
+        for (b, block) in got.chunks(4096).enumerate() {
+            let want = if client.contains(&(b as u64)) {
+                0xc1
+            } else {
+                0xf1
+            };
+            assert!(block.iter().all(|x| *x == want), "block {b}");
+        }
+        let before = pull(addrs[&0], oid).await;
+        let r = fill_write(0, vec![0xf2; 8 * 4096]).await;
+        assert_eq!(r.status, Status::Ok, "{}", r.message);
+        assert!(
+            pull(addrs[&0], oid).await == before,
+            "a fill of a wholly held range changes nothing"
+        );
+        let live: Vec<SocketAddr> = addrs.values().copied().collect();
+        for a in &live[1..] {
+            assert!(pull(*a, oid).await == before, "{a} holds the same copy");
+        }
+    });
 }
 
 /// OSD `addr`'s copy of `oid` a layer at a time, as it answers layer

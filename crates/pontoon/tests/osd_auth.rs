@@ -134,6 +134,7 @@ fn write(t: Target) -> (Message, Option<Vec<u8>>) {
             offset: 0,
             data_crc: crc,
             fua: false,
+            fill: false,
             snap_seq: 0,
         }),
         Some(data),

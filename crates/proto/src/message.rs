@@ -169,10 +169,19 @@ pub struct WriteReq {
     /// Forced unit access requested by the host (writes are always durable
     /// when acknowledged; carried for accounting).
     pub fua: bool,
+    /// Fill only: write just the blocks of the range the object does not
+    /// hold yet, decided by the primary under the object's lock (a clone's
+    /// flatten, which must not overwrite the clone's own writes).
+    pub fill: bool,
     /// The volume's snapshot sequence in the sender's map (its snap
     /// context): blocks a snapshot up to it reads are kept.
     pub snap_seq: u64,
 }
+
+/// [`WriteReq::fua`] on the wire.
+const WRITE_FUA: u8 = 1;
+/// [`WriteReq::fill`] on the wire.
+const WRITE_FILL: u8 = 2;
 
 /// Deallocate `len` bytes at `offset` of an object.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -516,7 +525,7 @@ impl Message {
                 w.target(&r.target);
                 w.u64(r.offset);
                 w.u32(r.data_crc);
-                w.u8(r.fua as u8);
+                w.u8(if r.fua { WRITE_FUA } else { 0 } | if r.fill { WRITE_FILL } else { 0 });
                 w.u64(r.snap_seq);
             }
             Message::Discard(r) => {
@@ -660,13 +669,21 @@ impl Message {
                     id => Some(id),
                 },
             }),
-            MsgType::Write => Message::Write(WriteReq {
-                target: r.target()?,
-                offset: r.u64()?,
-                data_crc: r.u32()?,
-                fua: r.u8()? != 0,
-                snap_seq: r.snap_seq()?,
-            }),
+            MsgType::Write => {
+                let (target, offset, data_crc) = (r.target()?, r.u64()?, r.u32()?);
+                let flags = r.u8()?;
+                if flags & !(WRITE_FUA | WRITE_FILL) != 0 {
+                    return Err(r.err("unknown write flags"));
+                }
+                Message::Write(WriteReq {
+                    target,
+                    offset,
+                    data_crc,
+                    fua: flags & WRITE_FUA != 0,
+                    fill: flags & WRITE_FILL != 0,
+                    snap_seq: r.snap_seq()?,
+                })
+            }
             MsgType::Discard => Message::Discard(DiscardReq {
                 target: r.target()?,
                 offset: r.u64()?,
@@ -862,6 +879,7 @@ mod tests {
                 offset: 0,
                 data_crc: 0xabcd,
                 fua: true,
+                fill: true,
                 snap_seq: 7,
             }),
             Message::Discard(DiscardReq {
@@ -1039,6 +1057,7 @@ mod tests {
                 offset: 0,
                 data_crc: 0,
                 fua: false,
+                fill: false,
                 snap_seq: u64::MAX,
             }),
             Message::Discard(DiscardReq {

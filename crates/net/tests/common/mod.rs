@@ -49,6 +49,7 @@ pub fn write_req(index: u64, offset: u64, data: &[u8]) -> Message {
         offset,
         data_crc: crc32c::crc32c(data),
         fua: false,
+        fill: false,
         snap_seq: 0,
     })
 }
