@@ -16,11 +16,13 @@
 
 pub mod checker;
 pub mod ctx;
+pub mod cuts;
 pub mod disk;
 pub mod executor;
 pub mod nemesis;
 pub mod net;
 pub mod run;
+pub mod snaps;
 pub mod workload;
 pub mod world;
 
