@@ -17,12 +17,12 @@ use crate::cuts::{Scope, check_cut};
 use crate::executor::{ProcId, Stall, WORLD};
 use crate::nemesis::{Plan, heal, nemesis};
 use crate::net::ClientWire;
-use crate::snaps::{SnapLog, read_image, take_snapshots};
+use crate::snaps::{CloneLog, SnapLog, check_clone, clone_worker, read_image, take_snapshots};
 use crate::workload::{
     BLOCK, History, Outcome as OpOutcome, Shape, describe_difference, encode, offset_of, read_one,
     worker,
 };
-use crate::world::{Config, SCRATCH, SNAPVOL, VOLUME, World};
+use crate::world::{CLONE, Config, SCRATCH, SNAPVOL, VOLUME, World};
 
 /// A family of fault schedules.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -89,6 +89,8 @@ pub struct Outcome {
     pub snapshot_blocks: usize,
     /// Snapshots whose create waited over 15 s for the OSDs.
     pub snapshots_late: usize,
+    /// Blocks of the clone read back and checked (0: no clone made).
+    pub clone_blocks: usize,
     /// Self-test: images judged by the previous snapshot's times, and how
     /// many of those the checker rejected.
     pub shifted: (usize, usize),
@@ -113,6 +115,10 @@ const WORKERS_PER_CLIENT: u32 = 2;
 const BLOCKS_PER_OBJECT: u32 = 4;
 /// The client process that alone writes [`SNAPVOL`] (in its history).
 const SNAP_WRITER: u32 = 2;
+/// The client process that writes the clone.
+const CLONE_WRITER: u32 = 3;
+/// The clone's write values start above this (apart from its parent's).
+const CLONE_VALUES: u64 = 1 << 40;
 
 /// The fault rates and schedule a seed picks.
 fn draw(seed: u64, fault_time: Duration, profile: Profile) -> (FaultRates, Plan) {
@@ -171,6 +177,7 @@ pub fn run_seed(opts: &RunOptions) -> Outcome {
         snapshot_images: snaps.images_checked.get(),
         snapshot_blocks: snaps.blocks_read.get(),
         snapshots_late: snaps.late(),
+        clone_blocks: snaps.clone_blocks.get(),
         shifted: (snaps.shifted_judged.get(), snaps.shifted_rejected.get()),
         faults: ctx.counts(),
         sim_time: ctx.exec.elapsed(),
@@ -242,6 +249,21 @@ fn drive(world: &Rc<World>, plan: &Plan, opts: &RunOptions, snaps: &Rc<SnapLog>)
         ),
     );
     let third = fault_time.as_millis() as u64 / 3;
+    let clone_hist = Rc::new(History::starting_at(CLONE_VALUES));
+    let clone = Rc::new(CloneLog::default());
+    let clone_at = Duration::from_millis(ctx.range(third, 2 * third));
+    ctx.exec.spawn_on(
+        WORLD,
+        make_clone(
+            world.clone(),
+            snaps.clone(),
+            clone.clone(),
+            clone_hist.clone(),
+            snap_shape,
+            clone_at,
+            fault_time,
+        ),
+    );
     let remove_at = Duration::from_millis(ctx.range(third, 2 * third));
     if let Err(e) = start_scratch(world, shape, remove_at) {
         return Some(e);
@@ -262,14 +284,17 @@ fn drive(world: &Rc<World>, plan: &Plan, opts: &RunOptions, snaps: &Rc<SnapLog>)
     heal(world);
     let settle_by = fault_time + SETTLE;
     let settled = ctx.exec.run_until(settle_by, || {
-        hist.pending() == 0 && snap_hist.pending() == 0 && world.is_clean()
+        hist.pending() == 0
+            && snap_hist.pending() == 0
+            && clone_hist.pending() == 0
+            && world.is_clean()
     });
     if settled.is_err() {
         return Some(format!(
             "liveness: {} s after the faults stopped the cluster is not settled ({:?}): {} client operations pending; {}",
             SETTLE.as_secs(),
             settled.err(),
-            hist.pending() + snap_hist.pending(),
+            hist.pending() + snap_hist.pending() + clone_hist.pending(),
             world.unclean_summary()
         ));
     }
@@ -280,6 +305,13 @@ fn drive(world: &Rc<World>, plan: &Plan, opts: &RunOptions, snaps: &Rc<SnapLog>)
         }
     }
     let mut problems: Vec<String> = world.problems.borrow().clone();
+    problems.extend(check_clone_volume(
+        world,
+        snaps,
+        &clone,
+        &clone_hist,
+        snap_shape,
+    ));
     problems.extend(checker::check(&hist.ops()));
     problems.extend(checker::check(&snap_hist.ops()));
     let several = if opts.cross_client_cuts {
@@ -459,6 +491,128 @@ fn final_reads(
     }
 }
 
+/// At `at`, protects the newest confirmed snapshot of [`SNAPVOL`], clones
+/// it, and starts the clone's writer (until `until`).
+async fn make_clone(
+    world: Rc<World>,
+    snaps: Rc<SnapLog>,
+    clone: Rc<CloneLog>,
+    hist: Rc<History>,
+    shape: Shape,
+    at: Duration,
+    until: Duration,
+) {
+    pontoon_rt::sleep(at).await;
+    let newest = snaps
+        .taken
+        .borrow()
+        .iter()
+        .rposition(|t| t.volume == SNAPVOL && !t.removed && t.cut.end.is_some());
+    let Some(k) = newest else {
+        world
+            .ctx
+            .log("no confirmed snapshot to clone yet".to_string());
+        return;
+    };
+    let name = {
+        let mut taken = snaps.taken.borrow_mut();
+        taken[k].protected = true;
+        taken[k].name.clone()
+    };
+    if !world.clone_snapshot(SNAPVOL, &name, CLONE) {
+        return;
+    }
+    clone.parent.set(Some(k));
+    match open_volume(&world, CLONE_WRITER, CLONE) {
+        Ok((vol, proc)) => {
+            let ctx = world.ctx.clone();
+            world.ctx.exec.spawn_on(
+                proc,
+                clone_worker(ctx, hist, vol, CLONE_WRITER, shape, until, clone),
+            );
+        }
+        Err(e) => world
+            .ctx
+            .log(format!("PROBLEM the clone does not open: {e}")),
+    }
+}
+
+/// After healing: reads back the blocks the clone owns (for the
+/// linearizability checker), then the clone's whole image and its parent
+/// snapshot's, which must agree wherever the clone did not write.
+fn check_clone_volume(
+    world: &Rc<World>,
+    snaps: &Rc<SnapLog>,
+    clone: &Rc<CloneLog>,
+    hist: &Rc<History>,
+    shape: Shape,
+) -> Vec<String> {
+    let Some(k) = clone.parent.get() else {
+        return Vec::new();
+    };
+    let Some(parent) = snaps.taken.borrow().get(k).map(|t| t.cut.name.clone()) else {
+        return Vec::new();
+    };
+    let ctx = world.ctx.clone();
+    let (vol, proc) = match open_volume(world, 99, CLONE) {
+        Ok(v) => v,
+        Err(e) => return vec![e],
+    };
+    let feed = world.add_client(proc);
+    let reader = Client::with_wire(
+        feed,
+        Wire::Custom(Rc::new(ClientWire {
+            me: 99,
+            net: world.net.clone(),
+        })),
+    );
+    let owned: Vec<u32> = clone.owned.borrow().iter().copied().collect();
+    let out = Rc::new(RefCell::new(None));
+    let (o, c, h) = (out.clone(), ctx.clone(), hist.clone());
+    ctx.exec.spawn_on(proc, async move {
+        for b in owned {
+            let at = offset_of(b, shape.blocks_per_object, shape.object_size);
+            read_one(&c, &h, &vol, 99, b, at).await;
+        }
+        let images = (
+            read_image(&reader, CLONE, shape).await,
+            read_image(&reader, &parent, shape).await,
+        );
+        *o.borrow_mut() = Some(images);
+    });
+    let deadline = ctx.exec.elapsed() + Duration::from_secs(120);
+    if ctx
+        .exec
+        .run_until(deadline, || out.borrow().is_some())
+        .is_err()
+    {
+        return vec!["liveness: reading the clone did not finish in 120 s".into()];
+    }
+    let mut problems = checker::check(&hist.ops());
+    problems.extend(hist.ops().iter().filter(|o| o.client == 99).filter_map(
+        |o| match &o.outcome {
+            OpOutcome::Failed(e) => Some(format!(
+                "after healing, a clone read failed: block {}: {e}",
+                o.block
+            )),
+            _ => None,
+        },
+    ));
+    match out.borrow_mut().take() {
+        Some((Ok(c), Ok(p))) => {
+            snaps.clone_blocks.set(c.len());
+            problems.extend(check_clone(hist, clone, &c, &p));
+        }
+        Some((c, p)) => problems.push(format!(
+            "after healing, reading the clone or its parent failed: {:?} / {:?}",
+            c.err(),
+            p.err()
+        )),
+        None => {}
+    }
+    problems
+}
+
 /// Reads every snapshot still in the map, with a fresh client, and
 /// checks each is one cut of its volume's history (`volumes`: each
 /// volume's name, history, shape and the cut rule that applies to it).
@@ -603,7 +757,8 @@ fn compare_replicas(world: &Rc<World>) -> Vec<String> {
     ctx.exec.spawn_on(WORLD, async move {
         let mut found = Vec::new();
         let map = w.map.borrow().clone();
-        for name in [VOLUME, SNAPVOL] {
+        let clone = map.volume_by_name(CLONE).is_some().then_some(CLONE);
+        for name in [VOLUME, SNAPVOL].into_iter().chain(clone) {
             let Some(vol) = map.volume_by_name(name).cloned() else {
                 found.push(format!("volume {name} vanished from the map"));
                 continue;

@@ -10,13 +10,15 @@
 //! most 15 s, then warns). The log keeps both times.
 
 use std::cell::{Cell, RefCell};
+use std::collections::BTreeSet;
 use std::rc::Rc;
 use std::time::Duration;
 
 use pontoon_client::Volume;
 
+use crate::ctx::Ctx;
 use crate::cuts::Cut;
-use crate::workload::{Shape, decode, offset_of};
+use crate::workload::{BLOCK, History, Kind, Outcome, Shape, decode, encode, offset_of, read_one};
 use crate::world::World;
 
 /// How long `pontoon snap create` waits for the OSDs' confirmation
@@ -38,6 +40,8 @@ pub struct Taken {
     pub cut: Cut,
     /// Removed from the map later (not read at the end).
     pub removed: bool,
+    /// Protected, with a clone made of it (never removed).
+    pub protected: bool,
 }
 
 /// Every snapshot of a run.
@@ -54,6 +58,8 @@ pub struct SnapLog {
     pub shifted_judged: Cell<usize>,
     /// Of those, the ones the checker rejected.
     pub shifted_rejected: Cell<usize>,
+    /// Blocks of the clone checked against its parent (0: none made).
+    pub clone_blocks: Cell<usize>,
 }
 
 impl SnapLog {
@@ -118,6 +124,7 @@ pub async fn take_snapshots(
                     end: None,
                 },
                 removed: false,
+                protected: false,
             });
         }
         let (w, l, made) = (world.clone(), log.clone(), first..first + volumes.len());
@@ -136,11 +143,10 @@ pub async fn take_snapshots(
         });
         if ctx.range(0, 3) == 0 {
             let v = volumes[ctx.pick(volumes.len())];
-            let oldest = log
-                .taken
-                .borrow()
-                .iter()
-                .position(|t| t.volume == v && !t.removed && t.cut.end.is_some());
+            let oldest =
+                log.taken.borrow().iter().position(|t| {
+                    t.volume == v && !t.removed && !t.protected && t.cut.end.is_some()
+                });
             if let Some(k) = oldest {
                 let snap = {
                     let mut taken = log.taken.borrow_mut();
@@ -169,10 +175,98 @@ pub async fn read_image(
     for b in 0..shape.blocks {
         let at = offset_of(b, shape.blocks_per_object, shape.object_size);
         let buf = vol
-            .read_at(at, crate::workload::BLOCK as u64)
+            .read_at(at, BLOCK as u64)
             .await
             .map_err(|e| format!("reading block {b} of {spec}: {e}"))?;
         image.push(decode(&buf));
     }
     Ok(image)
+}
+
+/// The clone's writer, for the final check.
+#[derive(Default)]
+pub struct CloneLog {
+    /// The snapshot it is a clone of (an index into [`SnapLog::taken`]),
+    /// once made.
+    pub parent: Cell<Option<usize>>,
+    /// Blocks whose first write was acknowledged: only these are read and
+    /// written again (no read of them can legitimately return the
+    /// parent's data any more).
+    pub owned: RefCell<BTreeSet<u32>>,
+    /// Blocks written at all: the others must read the parent snapshot's.
+    pub tried: RefCell<BTreeSet<u32>>,
+}
+
+/// The clone's one writer: first writes to blocks at random, then reads
+/// and rewrites of the blocks whose first write was acknowledged, until
+/// `until`. A block whose first write failed is left alone.
+pub async fn clone_worker(
+    ctx: Rc<Ctx>,
+    hist: Rc<History>,
+    vol: Volume,
+    client: u32,
+    shape: Shape,
+    until: Duration,
+    log: Rc<CloneLog>,
+) {
+    while ctx.exec.elapsed() < until {
+        let block = ctx.pick(shape.blocks as usize) as u32;
+        let at = offset_of(block, shape.blocks_per_object, shape.object_size);
+        let owned = log.owned.borrow().contains(&block);
+        let tried = log.tried.borrow().contains(&block);
+        if owned && ctx.range(0, 2) == 0 {
+            read_one(&ctx, &hist, &vol, client, block, at).await;
+        } else if owned || !tried {
+            log.tried.borrow_mut().insert(block);
+            let id = hist.next_value();
+            let i = hist.invoke(&ctx, client, block, Kind::Write(id));
+            let out = match vol.write_at(at, &encode(id)).await {
+                Ok(()) => Outcome::Ok(None),
+                Err(e) => Outcome::Failed(e.to_string()),
+            };
+            if out == Outcome::Ok(None) {
+                log.owned.borrow_mut().insert(block);
+            }
+            hist.complete(&ctx, i, out);
+        }
+        let think = ctx.range(0, shape.max_think.as_micros() as u64);
+        pontoon_rt::sleep(Duration::from_micros(think)).await;
+    }
+}
+
+/// Checks the clone's image against its parent snapshot's: a block the
+/// clone never wrote reads the parent's value; one whose only write failed
+/// reads the parent's or that write's. (Blocks it owns are checked by the
+/// linearizability checker, with the final reads.)
+pub fn check_clone(
+    hist: &History,
+    log: &CloneLog,
+    clone: &[Result<u64, String>],
+    parent: &[Result<u64, String>],
+) -> Vec<String> {
+    let ops = hist.ops();
+    let mut bad = Vec::new();
+    for (b, (c, p)) in clone.iter().zip(parent).enumerate() {
+        let b = b as u32;
+        if log.owned.borrow().contains(&b) {
+            continue;
+        }
+        let written = |v: u64| ops.iter().any(|o| o.block == b && o.kind == Kind::Write(v));
+        let ok = match (c, p) {
+            (Ok(c), Ok(p)) => c == p || (log.tried.borrow().contains(&b) && written(*c)),
+            _ => false,
+        };
+        if !ok {
+            bad.push(format!(
+                "clone block {b} reads {c:?} where its parent snapshot reads {p:?}{}",
+                if log.tried.borrow().contains(&b) {
+                    " (the clone's one write to it failed)"
+                } else {
+                    " (the clone never wrote it)"
+                }
+            ));
+        }
+    }
+    bad.truncate(8);
+    bad
 }

@@ -90,6 +90,8 @@ pub const SCRATCH: &str = "scratch";
 /// A volume with one writer process, whose snapshots must each be one
 /// consistent cut of its history (see `crate::snaps`).
 pub const SNAPVOL: &str = "snapvol";
+/// The clone of a protected snapshot of [`SNAPVOL`], made under the faults.
+pub const CLONE: &str = "snapclone";
 /// Unix time at virtual time zero (the manager works in Unix seconds).
 const UNIX_BASE: u64 = 1_800_000_000;
 
@@ -812,6 +814,54 @@ impl World {
         ));
         self.publish(m);
         Some((ids, epoch))
+    }
+
+    /// Protects snapshot `snap` of `volume` and makes volume `name` a clone
+    /// of it, in one map change (`pontoon snap protect` then `pontoon
+    /// clone`, as `MapStore::clone_volume` records it). `false` if the
+    /// snapshot is not in the map.
+    pub fn clone_snapshot(self: &Rc<Self>, volume: &str, snap: &str, name: &str) -> bool {
+        let mut m = self.map.borrow().clone();
+        let Some(vid) = m.volume_by_name(volume).map(|v| v.id) else {
+            return false;
+        };
+        let Some(s) = m
+            .volumes
+            .get_mut(&vid)
+            .and_then(|v| v.snapshots.iter_mut().find(|s| s.name == snap))
+        else {
+            return false;
+        };
+        s.protected = true;
+        let (sid, size) = (s.id, s.size_bytes);
+        let Some(object_size) = m.volumes.get(&vid).map(|v| v.object_size) else {
+            return false;
+        };
+        let id = m.alloc_volume_id();
+        m.volumes.insert(
+            id,
+            VolumeRecord {
+                id,
+                name: name.into(),
+                pool: PoolId(1),
+                size_bytes: size,
+                object_size,
+                snap_seq: 0,
+                snapshots: Vec::new(),
+                parent: Some(pontoon_cluster::clones::ParentRecord {
+                    volume: vid,
+                    snap: sid,
+                    overlap: size,
+                }),
+            },
+        );
+        m.epoch = Epoch(m.epoch.0 + 1);
+        self.ctx.log(format!(
+            "map @{}: {volume}@{snap} protected, cloned as {name} ({id})",
+            m.epoch
+        ));
+        self.publish(m);
+        true
     }
 
     /// Removes snapshot `snap` of `volume` from the map, as `pontoon snap

@@ -17,6 +17,7 @@ fn run_all(seeds: std::ops::Range<u64>) {
 fn run_profile(profile: Profile, seeds: std::ops::Range<u64>) {
     let mut faults: BTreeMap<String, u64> = BTreeMap::new();
     let (mut ops, mut sim, mut wall) = (0, Duration::ZERO, Duration::ZERO);
+    let (mut snaps, mut images, mut judged, mut rejected) = (0, 0, 0, 0);
     let mut failed: Vec<Outcome> = Vec::new();
     let n = seeds.end - seeds.start;
     for seed in seeds {
@@ -24,6 +25,10 @@ fn run_profile(profile: Profile, seeds: std::ops::Range<u64>) {
         opts.profile = profile;
         let out = run_seed(&opts);
         ops += out.ops;
+        snaps += out.snapshots;
+        images += out.snapshot_images;
+        judged += out.shifted.0;
+        rejected += out.shifted.1;
         sim += out.sim_time;
         wall += out.wall_time;
         for (k, c) in &out.faults {
@@ -34,7 +39,7 @@ fn run_profile(profile: Profile, seeds: std::ops::Range<u64>) {
         }
     }
     eprintln!(
-        "{profile:?}: {n} schedules, {ops} operations checked, faults {faults:?}, {} failed, {:.0} s simulated in {:.1} s",
+        "{profile:?}: {n} schedules, {ops} operations checked, {snaps} snapshots taken, {images} read back as cuts ({rejected} of {judged} rejected by the previous snapshot's times), faults {faults:?}, {} failed, {:.0} s simulated in {:.1} s",
         failed.len(),
         sim.as_secs_f64(),
         wall.as_secs_f64()
@@ -42,6 +47,16 @@ fn run_profile(profile: Profile, seeds: std::ops::Range<u64>) {
     assert!(
         ops > n as usize * 50,
         "too few operations were checked: {ops}"
+    );
+    assert!(
+        images >= n as usize * 2,
+        "only {images} snapshot images were checked in {n} runs ({snaps} taken)"
+    );
+    // The checker has teeth on the run's own data: a snapshot's image
+    // judged by the times of the snapshot before it is mostly wrong.
+    assert!(
+        rejected * 2 > judged && judged > 0,
+        "the cut checker rejected only {rejected} of {judged} images judged by the previous snapshot's times"
     );
     let crashes = faults.get("Crash").copied().unwrap_or(0);
     assert!(
