@@ -17,7 +17,10 @@ use crate::cuts::{Scope, check_cut};
 use crate::executor::{ProcId, Stall, WORLD};
 use crate::nemesis::{Plan, heal, nemesis};
 use crate::net::ClientWire;
-use crate::snaps::{CloneLog, SnapLog, check_clone, clone_worker, read_image, take_snapshots};
+use crate::snaps::{
+    CloneLog, SnapLog, check_clone, check_snap_reads, clone_worker, read_image, snap_reader,
+    take_snapshots,
+};
 use crate::workload::{
     BLOCK, History, Outcome as OpOutcome, Shape, describe_difference, encode, offset_of, read_one,
     worker,
@@ -91,6 +94,9 @@ pub struct Outcome {
     pub snapshots_late: usize,
     /// Blocks of the clone read back and checked (0: no clone made).
     pub clone_blocks: usize,
+    /// Snapshot reads made under the faults and checked against the
+    /// snapshot's image after healing.
+    pub snapshot_reads_under_faults: usize,
     /// Self-test: images judged by the previous snapshot's times, and how
     /// many of those the checker rejected.
     pub shifted: (usize, usize),
@@ -115,6 +121,8 @@ const WORKERS_PER_CLIENT: u32 = 2;
 const BLOCKS_PER_OBJECT: u32 = 4;
 /// The client process that alone writes [`SNAPVOL`] (in its history).
 const SNAP_WRITER: u32 = 2;
+/// The client process that reads snapshots under the faults.
+const SNAP_READER: u32 = 4;
 /// The client process that writes the clone.
 const CLONE_WRITER: u32 = 3;
 /// The clone's write values start above this (apart from its parent's).
@@ -178,6 +186,7 @@ pub fn run_seed(opts: &RunOptions) -> Outcome {
         snapshot_blocks: snaps.blocks_read.get(),
         snapshots_late: snaps.late(),
         clone_blocks: snaps.clone_blocks.get(),
+        snapshot_reads_under_faults: snaps.reads_checked.get(),
         shifted: (snaps.shifted_judged.get(), snaps.shifted_rejected.get()),
         faults: ctx.counts(),
         sim_time: ctx.exec.elapsed(),
@@ -249,6 +258,18 @@ fn drive(world: &Rc<World>, plan: &Plan, opts: &RunOptions, snaps: &Rc<SnapLog>)
         ),
     );
     let third = fault_time.as_millis() as u64 / 3;
+    let reader = new_client(world, SNAP_READER);
+    ctx.exec.spawn_on(
+        reader.1,
+        snap_reader(
+            ctx.clone(),
+            reader.0,
+            snaps.clone(),
+            SNAPVOL,
+            snap_shape,
+            fault_time,
+        ),
+    );
     let clone_hist = Rc::new(History::starting_at(CLONE_VALUES));
     let clone = Rc::new(CloneLog::default());
     let clone_at = Duration::from_millis(ctx.range(third, 2 * third));
@@ -426,6 +447,17 @@ async fn crash_clients(
         }
         ctx.log(format!("RESTART client.{c}"));
     }
+}
+
+/// A client process `c` (its process and its client library).
+fn new_client(world: &Rc<World>, c: u32) -> (Client, ProcId) {
+    let proc = world.new_proc();
+    let feed = world.add_client(proc);
+    let wire = ClientWire {
+        me: c,
+        net: world.net.clone(),
+    };
+    (Client::with_wire(feed, Wire::Custom(Rc::new(wire))), proc)
 }
 
 fn open_volume(
@@ -622,13 +654,7 @@ fn check_snapshots(
     volumes: &[(&str, &Rc<History>, Shape, Scope)],
 ) -> Vec<String> {
     let ctx = world.ctx.clone();
-    let proc = world.new_proc();
-    let feed = world.add_client(proc);
-    let wire = ClientWire {
-        me: 97,
-        net: world.net.clone(),
-    };
-    let client = Client::with_wire(feed, Wire::Custom(Rc::new(wire)));
+    let (client, proc) = new_client(world, 97);
     let live = snaps.live();
     let out = Rc::new(RefCell::new(
         None::<Vec<(usize, Result<Vec<Result<u64, String>>, String>)>>,
@@ -670,7 +696,17 @@ fn check_snapshots(
             Ok(image) => {
                 snaps.images_checked.set(snaps.images_checked.get() + 1);
                 snaps.blocks_read.set(snaps.blocks_read.get() + image.len());
-                let found = check_cut(&hist.ops(), &t.cut, &image, *scope);
+                let mut found = check_cut(&hist.ops(), &t.cut, &image, *scope);
+                let k = snaps
+                    .taken
+                    .borrow()
+                    .iter()
+                    .position(|x| x.cut.name == t.cut.name);
+                if let Some(k) = k {
+                    let reads = snaps.reads.borrow().iter().filter(|r| r.snap == k).count();
+                    snaps.reads_checked.set(snaps.reads_checked.get() + reads);
+                    found.extend(check_snap_reads(&hist.ops(), snaps, k, &image));
+                }
                 ctx.log(format!(
                     "{} (id {}, created {:?}..{:?}): {} blocks, {}",
                     t.cut.name,

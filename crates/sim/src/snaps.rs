@@ -60,6 +60,10 @@ pub struct SnapLog {
     pub shifted_rejected: Cell<usize>,
     /// Blocks of the clone checked against its parent (0: none made).
     pub clone_blocks: Cell<usize>,
+    /// Snapshot reads under the faults.
+    pub reads: RefCell<Vec<SnapRead>>,
+    /// Of those, the ones checked (of snapshots still live at the end).
+    pub reads_checked: Cell<usize>,
 }
 
 impl SnapLog {
@@ -269,4 +273,207 @@ pub fn check_clone(
     }
     bad.truncate(8);
     bad
+}
+
+/// One read of a snapshot under the faults.
+#[derive(Clone, Debug)]
+pub struct SnapRead {
+    /// Which snapshot (an index into [`SnapLog::taken`]).
+    pub snap: usize,
+    /// The block.
+    pub block: u32,
+    /// When it was invoked.
+    pub invoke: Duration,
+    /// The value id read (0: zeros), or why the bytes are no value.
+    pub value: Result<u64, String>,
+}
+
+/// Reads random blocks of random confirmed snapshots of `volume` until
+/// `until`, under the faults, recording each read that returned data (a
+/// read may fail while the cluster is impaired, or because the snapshot
+/// was removed meanwhile).
+pub async fn snap_reader(
+    ctx: Rc<Ctx>,
+    client: pontoon_client::Client,
+    log: Rc<SnapLog>,
+    volume: &'static str,
+    shape: Shape,
+    until: Duration,
+) {
+    while ctx.exec.elapsed() < until {
+        pontoon_rt::sleep(Duration::from_millis(ctx.range(50, 400))).await;
+        let ready: Vec<(usize, String)> = log
+            .taken
+            .borrow()
+            .iter()
+            .enumerate()
+            .filter(|(_, t)| t.volume == volume && !t.removed && t.cut.end.is_some())
+            .map(|(i, t)| (i, t.cut.name.clone()))
+            .collect();
+        if ready.is_empty() {
+            continue;
+        }
+        let (snap, spec) = ready[ctx.pick(ready.len())].clone();
+        let Ok(vol) = client.open(&spec) else {
+            continue;
+        };
+        let block = ctx.pick(shape.blocks as usize) as u32;
+        let at = offset_of(block, shape.blocks_per_object, shape.object_size);
+        let invoke = ctx.exec.elapsed();
+        let Ok(buf) = vol.read_at(at, BLOCK as u64).await else {
+            continue;
+        };
+        let value = decode(&buf);
+        ctx.log(format!("snapshot read {spec} block {block} -> {value:?}"));
+        log.reads.borrow_mut().push(SnapRead {
+            snap,
+            block,
+            invoke,
+            value,
+        });
+    }
+}
+
+/// Checks the reads of snapshot `snap` made under the faults against its
+/// image read after healing: a read returns the image's value, or one the
+/// snapshot held before a write still unacknowledged when the read began
+/// replaced it (a write issued before the create returned may land late).
+pub fn check_snap_reads(
+    ops: &[crate::workload::Op],
+    log: &SnapLog,
+    snap: usize,
+    image: &[Result<u64, String>],
+) -> Vec<String> {
+    let write = |b: u32, v: u64| {
+        ops.iter()
+            .find(|o| o.block == b && o.kind == Kind::Write(v))
+            .map(|o| match o.outcome {
+                Outcome::Ok(_) => (o.invoke, o.complete),
+                _ => (o.invoke, None),
+            })
+    };
+    let name = log
+        .taken
+        .borrow()
+        .get(snap)
+        .map_or(String::new(), |t| t.cut.name.clone());
+    let mut bad = Vec::new();
+    for r in log.reads.borrow().iter().filter(|r| r.snap == snap) {
+        let Some(Ok(last)) = image.get(r.block as usize) else {
+            continue;
+        };
+        let x = match &r.value {
+            Ok(x) if x == last => continue,
+            Ok(x) => *x,
+            Err(why) => {
+                bad.push(format!(
+                    "{name}: a read of block {} at {:?} returned bytes no write produced: {why}",
+                    r.block, r.invoke
+                ));
+                continue;
+            }
+        };
+        // The image's value `last` may have landed after the read began
+        // only if it was not acknowledged before; and `x` must be a value
+        // that may precede it.
+        let late = *last != 0
+            && write(r.block, *last).is_some_and(|(_, a)| a.is_none_or(|a| a >= r.invoke));
+        let before = x == 0
+            || write(r.block, x).is_some_and(|(xi, _)| {
+                write(r.block, *last).is_some_and(|(_, la)| la.is_none_or(|la| la >= xi))
+            });
+        if !(late && before) {
+            bad.push(format!(
+                "{name}: a read of block {} at {:?} under the faults returned {}, but the snapshot reads #{last} after healing",
+                r.block,
+                r.invoke,
+                if x == 0 { "zeros".to_string() } else { format!("#{x}") }
+            ));
+        }
+    }
+    bad.truncate(8);
+    bad
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::workload::Op;
+
+    fn ms(n: u64) -> Duration {
+        Duration::from_millis(n)
+    }
+
+    fn w(block: u32, id: u64, a: u64, b: Option<u64>) -> Op {
+        Op {
+            client: 0,
+            block,
+            kind: Kind::Write(id),
+            invoke: ms(a),
+            complete: b.map(ms),
+            outcome: match b {
+                Some(_) => Outcome::Ok(None),
+                None => Outcome::Failed("timeout".into()),
+            },
+        }
+    }
+
+    fn log_with(reads: &[(u32, u64, u64)]) -> SnapLog {
+        let log = SnapLog::default();
+        log.taken.borrow_mut().push(Taken {
+            volume: "v",
+            name: "s".into(),
+            id: 1,
+            cut: Cut {
+                name: "v@s".into(),
+                start: ms(100),
+                end: Some(ms(110)),
+            },
+            removed: false,
+            protected: false,
+        });
+        for (block, value, at) in reads {
+            log.reads.borrow_mut().push(SnapRead {
+                snap: 0,
+                block: *block,
+                invoke: ms(*at),
+                value: Ok(*value),
+            });
+        }
+        log
+    }
+
+    #[test]
+    fn a_snapshot_read_under_faults_must_match_its_final_image() {
+        // Block 0: #1 acknowledged at 10; #2 invoked at 105 (before the
+        // create returned), acknowledged only at 300.
+        let ops = [w(0, 1, 0, Some(10)), w(0, 2, 105, Some(300))];
+        let image = [Ok(2)];
+        // Before #2 was acknowledged the snapshot may still read #1.
+        let log = log_with(&[(0, 1, 200), (0, 2, 250)]);
+        let v = check_snap_reads(&ops, &log, 0, &image);
+        assert!(v.is_empty(), "{v:?}");
+        // Once #2 was acknowledged, reading #1 went back; a value never
+        // written to the block is wrong at any time.
+        let log = log_with(&[(0, 1, 400)]);
+        assert_eq!(check_snap_reads(&ops, &log, 0, &image).len(), 1);
+        let log = log_with(&[(0, 7, 200)]);
+        assert_eq!(check_snap_reads(&ops, &log, 0, &image).len(), 1);
+    }
+
+    #[test]
+    fn a_clone_reads_its_parent_where_it_did_not_write() {
+        let hist = History::default();
+        let log = CloneLog::default();
+        log.tried.borrow_mut().insert(1);
+        let parent = [Ok(5), Ok(6), Ok(0)];
+        // Block 1's one write failed: parent or that write; block 0 and 2
+        // untouched: the parent's.
+        assert!(check_clone(&hist, &log, &[Ok(5), Ok(6), Ok(0)], &parent).is_empty());
+        let v = check_clone(&hist, &log, &[Ok(0), Ok(6), Ok(5)], &parent);
+        assert_eq!(v.len(), 2, "{v:?}");
+        assert!(v[0].contains("never wrote"), "{v:?}");
+        let v = check_clone(&hist, &log, &[Ok(5), Ok(9), Ok(0)], &parent);
+        assert!(v[0].contains("one write to it failed"), "{v:?}");
+    }
 }

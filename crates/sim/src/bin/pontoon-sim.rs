@@ -57,7 +57,7 @@ fn main() -> ExitCode {
     let mut faults: BTreeMap<String, u64> = BTreeMap::new();
     let (mut ops, mut sim, mut failures) = (0usize, Duration::ZERO, Vec::new());
     let (mut snaps, mut images, mut blocks, mut late) = (0usize, 0usize, 0usize, 0usize);
-    let (mut judged, mut rejected, mut clones) = (0usize, 0usize, 0usize);
+    let (mut judged, mut rejected, mut clones, mut under) = (0usize, 0usize, 0usize, 0usize);
     for (i, seed) in seeds.iter().enumerate() {
         let mut opts = RunOptions::new(*seed);
         opts.fault_time = Duration::from_secs(args.fault_secs);
@@ -73,6 +73,7 @@ fn main() -> ExitCode {
         blocks += out.snapshot_blocks;
         late += out.snapshots_late;
         judged += out.shifted.0;
+        under += out.snapshot_reads_under_faults;
         clones += usize::from(out.clone_blocks > 0);
         rejected += out.shifted.1;
         sim += out.sim_time;
@@ -123,7 +124,8 @@ fn main() -> ExitCode {
     );
     println!("operations checked: {ops}");
     println!("snapshots taken:   {snaps} ({late} confirmed by the OSDs only after 15 s)");
-    println!("snapshots checked: {images} images, {blocks} blocks read");
+    println!("snapshots checked: {images} images, {blocks} blocks read after healing");
+    println!("snapshot reads under the faults checked: {under}");
     println!(
         "clones checked:    {clones} (written under the faults, read against their parent snapshot)"
     );
