@@ -248,31 +248,35 @@ fn broken_replication_is_caught_in_several_of_20_seeds() {
 /// The known gap of several writers: a client that has not seen the map
 /// with a new snapshot yet lands a write in it after another client's
 /// write, stamped with the new sequence, was acknowledged outside it. The
-/// volume two clients write is judged by the start and end rules only;
-/// judged by the whole cut rule (`--cross-client-cuts`) these seeds of
-/// this build break it, and for no other reason. (A seed's interleaving
-/// depends on the build: if none of them shows it any more, find new ones
-/// with `pontoon-sim --seeds 300 --cross-client-cuts`.)
+/// volume two clients write is judged by the start and end rules only
+/// (seeds 0-999 above pass so); judged by the whole cut rule
+/// (`--cross-client-cuts`) about one seed in a hundred breaks it, and for
+/// no other reason. Seeds found on this build are tried first; a seed's
+/// interleaving depends on the build, so if none of them shows the gap any
+/// more the search goes on from seed 0 (bounded).
 #[test]
 fn several_writers_break_the_cut_rule_that_one_writer_keeps() {
-    let mut broke = Vec::new();
-    for seed in [5, 28, 282] {
+    const KNOWN: [u64; 3] = [469, 540, 594];
+    const SEARCH: u64 = 600;
+    let mut tried = 0;
+    for seed in KNOWN
+        .into_iter()
+        .chain((0..SEARCH).filter(|s| !KNOWN.contains(s)))
+    {
         let mut opts = RunOptions::new(seed);
-        let plain = run_seed(&opts);
-        assert!(plain.failure.is_none(), "seed {seed}: {:?}", plain.failure);
         opts.cross_client_cuts = true;
-        if let Some(f) = run_seed(&opts).failure {
-            for line in f.lines() {
-                assert!(
-                    line.starts_with("simvol@") && line.contains("is not a cut"),
-                    "seed {seed} failed for another reason: {line}"
-                );
-            }
-            broke.push(seed);
+        tried += 1;
+        let Some(f) = run_seed(&opts).failure else {
+            continue;
+        };
+        for line in f.lines() {
+            assert!(
+                line.starts_with("simvol@") && line.contains("is not a cut"),
+                "seed {seed} failed for another reason: {line}"
+            );
         }
+        eprintln!("seed {seed} shows the several-writer gap ({tried} seeds tried):\n{f}");
+        return;
     }
-    assert!(
-        !broke.is_empty(),
-        "no seed showed the several-writer gap: the seeds need renewing (see the doc comment)"
-    );
+    panic!("no seed of {tried} showed the several-writer gap under --cross-client-cuts");
 }
