@@ -121,6 +121,8 @@ const WORKERS_PER_CLIENT: u32 = 2;
 const BLOCKS_PER_OBJECT: u32 = 4;
 /// The client process that alone writes [`SNAPVOL`] (in its history).
 const SNAP_WRITER: u32 = 2;
+/// How many times longer the snapshot volume's workers pause.
+const SNAP_THINK: u32 = 4;
 /// The client process that reads snapshots under the faults.
 const SNAP_READER: u32 = 4;
 /// The client process that writes the clone.
@@ -227,8 +229,12 @@ fn drive(world: &Rc<World>, plan: &Plan, opts: &RunOptions, snaps: &Rc<SnapLog>)
         object_size: cfg.object_size,
         max_think: Duration::from_millis(40),
     };
+    // The snapshot volume's writer pauses longer: its history needs
+    // fewer operations than the linearizability workload's, and each
+    // costs simulation time.
     let snap_shape = Shape {
         blocks: cfg.snap_objects as u32 * BLOCKS_PER_OBJECT,
+        max_think: shape.max_think * SNAP_THINK,
         ..shape
     };
     let mut procs = Vec::new();
