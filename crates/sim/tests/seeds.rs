@@ -235,11 +235,16 @@ fn broken_replication_is_caught_in_several_of_20_seeds() {
         "acknowledging after the primary alone went unnoticed in {} of 20 seeds",
         20 - caught.len()
     );
+    // A lost acknowledged write also shows in the snapshots taken after
+    // it: one that misses it, or a read of one that went back.
     for (seed, why) in &caught {
         assert!(
             why.contains("stale read")
                 || why.contains("replicas differ")
-                || why.contains("went back"),
+                || why.contains("went back")
+                || why.contains("before the create started")
+                || why.contains("is not a cut")
+                || why.contains("under the faults returned"),
             "seed {seed} failed for another reason: {why}"
         );
     }
@@ -250,14 +255,14 @@ fn broken_replication_is_caught_in_several_of_20_seeds() {
 /// write, stamped with the new sequence, was acknowledged outside it. The
 /// volume two clients write is judged by the start and end rules only
 /// (seeds 0-999 above pass so); judged by the whole cut rule
-/// (`--cross-client-cuts`) about one seed in a hundred breaks it, and for
+/// (`--cross-client-cuts`) about one seed in two hundred breaks it, and for
 /// no other reason. Seeds found on this build are tried first; a seed's
 /// interleaving depends on the build, so if none of them shows the gap any
 /// more the search goes on from seed 0 (bounded).
 #[test]
 fn several_writers_break_the_cut_rule_that_one_writer_keeps() {
-    const KNOWN: [u64; 3] = [469, 540, 594];
-    const SEARCH: u64 = 600;
+    const KNOWN: [u64; 3] = [218, 595, 649];
+    const SEARCH: u64 = 1000;
     let mut tried = 0;
     for seed in KNOWN
         .into_iter()
