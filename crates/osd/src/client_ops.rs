@@ -426,6 +426,9 @@ impl<D: BlockDevice + 'static, P: Peers> Shard<D, P> {
         let local = async move {
             let r = local(version, data).await;
             drop(inflight);
+            if r.is_ok() {
+                self.trim_after_stale_write(t.oid, snap_seq);
+            }
             r
         };
         // The other members' answers are awaited only while the interval

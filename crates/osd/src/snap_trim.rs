@@ -151,6 +151,23 @@ impl<D: BlockDevice + 'static, P: Peers> Shard<D, P> {
         self.snaps_once_trimmed(oid) != self.store.snaps(oid)
     }
 
+    /// After a write, discard or delete stamped with `snap_seq` landed on
+    /// `oid`: if this shard's map is past that sequence, the operation may
+    /// have made a clone for a snapshot removed meanwhile, after the
+    /// object's trim (simulator seed 386: a write issued before a create,
+    /// stamped with the removed snapshot's sequence, landed on a replica
+    /// that had trimmed). Trim the volume again if so. Costs one integer
+    /// comparison unless the operation was stale.
+    pub(crate) fn trim_after_stale_write(
+        self: &Rc<Self>,
+        oid: pontoon_types::ObjectId,
+        snap_seq: u64,
+    ) {
+        if snap_seq < self.map().snap_seq(oid.volume.0) && self.has_dead_clones(oid) {
+            self.schedule_snap_trim(oid.volume.0);
+        }
+    }
+
     /// Schedules trimming of `volume` (after recovery installed a copy
     /// with clones that are dead here).
     pub(crate) fn schedule_snap_trim(self: &Rc<Self>, volume: u64) {
