@@ -64,8 +64,6 @@ pub struct SnapLog {
     pub reads: RefCell<Vec<SnapRead>>,
     /// Of those, the ones checked (of snapshots still live at the end).
     pub reads_checked: Cell<usize>,
-    /// Objects (per OSD) left holding clones no live snapshot reads.
-    pub untrimmed_objects: Cell<usize>,
 }
 
 impl SnapLog {

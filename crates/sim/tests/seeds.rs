@@ -179,7 +179,18 @@ fn regression_seeds() {
     // clone's client read the parent snapshot's data (zeros, or an older
     // value) for a block the clone had written and was acknowledged.
     // Fixed: an allocation query waits for recovery as a read does.
+    //
+    // Mixed 372: snap trim lost a request that arrived during the last
+    // call of a pass over the same volume. Mixed 386, 562: a write stamped
+    // with a removed snapshot's sequence landed after its object was
+    // trimmed and made a clone nothing trimmed again. Fixed: a volume
+    // scheduled while trim runs gets another pass; a stale-sequence write
+    // that left a dead clone schedules trim. (The reclaim step fails on
+    // clones no live snapshot reads.)
     for (profile, seed) in [
+        (Profile::Mixed, 372),
+        (Profile::Mixed, 386),
+        (Profile::Mixed, 562),
         (Profile::Mixed, 478),
         (Profile::Mixed, 489),
         (Profile::Churn, 24),
