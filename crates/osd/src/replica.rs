@@ -141,7 +141,12 @@ impl<D: BlockDevice + 'static, P: Peers> Shard<D, P> {
             SubOpKind::Delete => self.store.delete_snap(t.oid, op.version, op.snap_seq).await,
         };
         match r {
-            Ok(()) => (Message::Reply(Reply::ok(op.version)), None),
+            Ok(()) => {
+                if op.kind != SubOpKind::Replace {
+                    self.trim_after_stale_write(t.oid, op.snap_seq);
+                }
+                (Message::Reply(Reply::ok(op.version)), None)
+            }
             Err(e) => error(status_of(&e), known, e.to_string()),
         }
     }

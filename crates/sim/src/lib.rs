@@ -9,18 +9,23 @@
 //! crashes and restarts OSDs, cuts the network, lets leases lapse, slows
 //! disks, corrupts blocks and replaces OSDs; a checker verifies every
 //! client operation against a single order per block, and that the
-//! cluster heals. A seed replays exactly.
+//! cluster heals. Snapshots are taken and removed, and a clone is made and
+//! written, under the same faults; every snapshot read must be one
+//! consistent cut of its volume's history (`cuts`, `snaps`). A seed
+//! replays exactly.
 //!
 //! See `docs/simulation.md` for the fault model and what the checker
 //! proves.
 
 pub mod checker;
 pub mod ctx;
+pub mod cuts;
 pub mod disk;
 pub mod executor;
 pub mod nemesis;
 pub mod net;
 pub mod run;
+pub mod snaps;
 pub mod workload;
 pub mod world;
 

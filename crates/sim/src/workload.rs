@@ -60,6 +60,14 @@ pub struct History {
 }
 
 impl History {
+    /// An empty history whose write values start after `first` (so two
+    /// histories whose values may meet in one image never share one).
+    pub fn starting_at(first: u64) -> Self {
+        let h = Self::default();
+        h.next_value.set(first);
+        h
+    }
+
     /// A fresh value id.
     pub fn next_value(&self) -> u64 {
         let v = self.next_value.get() + 1;
@@ -67,7 +75,7 @@ impl History {
         v
     }
 
-    fn invoke(&self, ctx: &Ctx, client: u32, block: u32, kind: Kind) -> usize {
+    pub(crate) fn invoke(&self, ctx: &Ctx, client: u32, block: u32, kind: Kind) -> usize {
         let mut ops = self.ops.borrow_mut();
         ops.push(Op {
             client,
@@ -80,7 +88,7 @@ impl History {
         ops.len() - 1
     }
 
-    fn complete(&self, ctx: &Ctx, i: usize, outcome: Outcome) {
+    pub(crate) fn complete(&self, ctx: &Ctx, i: usize, outcome: Outcome) {
         let mut ops = self.ops.borrow_mut();
         let op = &mut ops[i];
         op.complete = Some(ctx.exec.elapsed());

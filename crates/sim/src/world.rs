@@ -44,6 +44,8 @@ pub struct Config {
     pub pgs: u32,
     /// Objects in the volume.
     pub objects: u64,
+    /// Objects in the single-writer volume [`SNAPVOL`].
+    pub snap_objects: u64,
     /// Bytes per object (store and volume).
     pub object_size: u64,
     /// Bytes per OSD disk.
@@ -68,6 +70,7 @@ impl Default for Config {
             min_size: 2,
             pgs: 8,
             objects: 8,
+            snap_objects: 4,
             object_size: 64 << 10,
             disk_bytes: 24 << 20,
             lease_ttl: Duration::from_secs(3),
@@ -84,6 +87,11 @@ pub const VOLUME: &str = "simvol";
 /// A second volume, written to and then removed under faults, whose
 /// objects every OSD must end up deleting.
 pub const SCRATCH: &str = "scratch";
+/// A volume with one writer process, whose snapshots must each be one
+/// consistent cut of its history (see `crate::snaps`).
+pub const SNAPVOL: &str = "snapvol";
+/// The clone of a protected snapshot of [`SNAPVOL`], made under the faults.
+pub const CLONE: &str = "snapclone";
 /// Unix time at virtual time zero (the manager works in Unix seconds).
 const UNIX_BASE: u64 = 1_800_000_000;
 
@@ -140,6 +148,8 @@ pub struct World {
     lived: RefCell<BTreeSet<OsdId>>,
     /// The clients' operations.
     pub history: RefCell<Option<Rc<crate::workload::History>>>,
+    /// The operations of [`SNAPVOL`]'s one writer.
+    pub snap_history: RefCell<Option<Rc<crate::workload::History>>>,
 }
 
 impl World {
@@ -187,10 +197,23 @@ impl World {
                 parent: None,
             },
         );
+        map.volumes.insert(
+            VolumeId(3),
+            VolumeRecord {
+                id: VolumeId(3),
+                name: SNAPVOL.into(),
+                pool: PoolId(1),
+                size_bytes: cfg.snap_objects * cfg.object_size,
+                object_size: cfg.object_size,
+                snap_seq: 0,
+                snapshots: Vec::new(),
+                parent: None,
+            },
+        );
         map.next = NextIds {
             osd: cfg.osds,
             pool: 2,
-            volume: 3,
+            volume: 4,
         };
         // Deep scrubs run all the time, under the faults; not in the
         // broken-replication self-test, whose evidence (replicas that
@@ -219,6 +242,7 @@ impl World {
             broken,
             corrupted: RefCell::new(BTreeSet::new()),
             history: RefCell::new(None),
+            snap_history: RefCell::new(None),
             lived: RefCell::new(BTreeSet::new()),
             cfg,
         });
@@ -695,6 +719,7 @@ impl World {
         self.osds.borrow_mut().clear();
         self.feeds.borrow_mut().clear();
         self.history.borrow_mut().take();
+        self.snap_history.borrow_mut().take();
     }
 
     /// Whether every PG has a full acting set whose primary (running) holds
@@ -757,6 +782,120 @@ impl World {
         self.publish(m);
     }
 
+    /// Takes snapshot `snap` of each of `volumes` in one map change, as
+    /// `pontoon snap create` does (the volume's `snap_seq` goes up by one
+    /// and the snapshot's id is the new value). Returns each snapshot's id
+    /// and the epoch of the map that holds them (`None`: no such volume).
+    pub fn create_snapshots(
+        self: &Rc<Self>,
+        volumes: &[&str],
+        snap: &str,
+    ) -> Option<(Vec<u64>, Epoch)> {
+        let mut m = self.map.borrow().clone();
+        let created_unix = UNIX_BASE + self.ctx.exec.elapsed().as_secs();
+        let mut ids = Vec::new();
+        for name in volumes {
+            let id = m.volume_by_name(name)?.id;
+            let v = m.volumes.get_mut(&id)?;
+            v.snap_seq += 1;
+            v.snapshots.push(pontoon_cluster::SnapshotRecord {
+                id: v.snap_seq,
+                name: snap.to_string(),
+                created_unix,
+                size_bytes: v.size_bytes,
+                protected: false,
+            });
+            ids.push(v.snap_seq);
+        }
+        m.epoch = Epoch(m.epoch.0 + 1);
+        let epoch = m.epoch;
+        self.ctx.log(format!(
+            "map @{epoch}: snapshot {snap} of {volumes:?} (ids {ids:?})"
+        ));
+        self.publish(m);
+        Some((ids, epoch))
+    }
+
+    /// Protects snapshot `snap` of `volume` and makes volume `name` a clone
+    /// of it, in one map change (`pontoon snap protect` then `pontoon
+    /// clone`, as `MapStore::clone_volume` records it). `false` if the
+    /// snapshot is not in the map.
+    pub fn clone_snapshot(self: &Rc<Self>, volume: &str, snap: &str, name: &str) -> bool {
+        let mut m = self.map.borrow().clone();
+        let Some(vid) = m.volume_by_name(volume).map(|v| v.id) else {
+            return false;
+        };
+        let Some(s) = m
+            .volumes
+            .get_mut(&vid)
+            .and_then(|v| v.snapshots.iter_mut().find(|s| s.name == snap))
+        else {
+            return false;
+        };
+        s.protected = true;
+        let (sid, size) = (s.id, s.size_bytes);
+        let Some(object_size) = m.volumes.get(&vid).map(|v| v.object_size) else {
+            return false;
+        };
+        let id = m.alloc_volume_id();
+        m.volumes.insert(
+            id,
+            VolumeRecord {
+                id,
+                name: name.into(),
+                pool: PoolId(1),
+                size_bytes: size,
+                object_size,
+                snap_seq: 0,
+                snapshots: Vec::new(),
+                parent: Some(pontoon_cluster::clones::ParentRecord {
+                    volume: vid,
+                    snap: sid,
+                    overlap: size,
+                }),
+            },
+        );
+        m.epoch = Epoch(m.epoch.0 + 1);
+        self.ctx.log(format!(
+            "map @{}: {volume}@{snap} protected, cloned as {name} ({id})",
+            m.epoch
+        ));
+        self.publish(m);
+        true
+    }
+
+    /// Removes snapshot `snap` of `volume` from the map, as `pontoon snap
+    /// rm` does: the OSDs then trim its clones.
+    pub fn remove_snapshot(self: &Rc<Self>, volume: &str, snap: &str) {
+        let mut m = self.map.borrow().clone();
+        let Some(id) = m.volume_by_name(volume).map(|v| v.id) else {
+            return;
+        };
+        let Some(v) = m.volumes.get_mut(&id) else {
+            return;
+        };
+        v.snapshots.retain(|s| s.name != snap);
+        m.epoch = Epoch(m.epoch.0 + 1);
+        self.ctx.log(format!(
+            "map @{}: snapshot {volume}@{snap} removed",
+            m.epoch
+        ));
+        self.publish(m);
+    }
+
+    /// Whether every OSD etcd holds a lease of has reported a map of at
+    /// least `epoch`: `pontoon snap create`'s confirmation
+    /// (`MapStore::osds_behind`). From then on every serving primary
+    /// refuses writes stamped with an older snapshot sequence (an OSD
+    /// without a lease goes live again only with a map as new as its next
+    /// lease's grant).
+    pub fn all_alive_have(&self, epoch: Epoch) -> bool {
+        let reports = self.reports.borrow();
+        self.alive()
+            .iter()
+            .all(|o| reports.get(o).is_some_and(|r| r.epoch >= epoch))
+    }
+
     /// Objects that running OSDs still hold although the current map says
     /// nobody needs them (removed volumes, stray PG copies).
     pub fn garbage(&self) -> Vec<String> {
@@ -776,6 +915,38 @@ impl World {
             }
         }
         out
+    }
+
+    /// Objects on running OSDs that hold clones no snapshot of the map
+    /// reads (snap trim has not freed them): per OSD, a line naming the
+    /// count and the first, and the total count.
+    pub fn untrimmed(&self) -> (Vec<String>, usize) {
+        let mut out = Vec::new();
+        let mut total = 0;
+        for (id, osd) in self.osds.borrow().iter() {
+            let Some(shard) = &osd.shard else { continue };
+            let (view, store) = (shard.map(), shard.store());
+            let untrimmed: Vec<_> = store
+                .list()
+                .into_iter()
+                .map(|(oid, _)| oid)
+                .filter(|oid| {
+                    let v = oid.volume.0;
+                    store.snaps(*oid)
+                        != store.snaps_trimmed(*oid, view.live_snaps(v), view.snap_seq(v))
+                })
+                .collect();
+            total += untrimmed.len();
+            if let Some(oid) = untrimmed.first() {
+                out.push(format!(
+                    "{id} holds clones no live snapshot reads in {} objects (first {oid}: {:?}; live snapshots {:?})",
+                    untrimmed.len(),
+                    store.snaps(*oid),
+                    view.live_snaps(oid.volume.0)
+                ));
+            }
+        }
+        (out, total)
     }
 
     /// A one-line account of what is not clean.

@@ -17,6 +17,7 @@ fn run_all(seeds: std::ops::Range<u64>) {
 fn run_profile(profile: Profile, seeds: std::ops::Range<u64>) {
     let mut faults: BTreeMap<String, u64> = BTreeMap::new();
     let (mut ops, mut sim, mut wall) = (0, Duration::ZERO, Duration::ZERO);
+    let (mut snaps, mut images, mut judged, mut rejected) = (0, 0, 0, 0);
     let mut failed: Vec<Outcome> = Vec::new();
     let n = seeds.end - seeds.start;
     for seed in seeds {
@@ -24,6 +25,10 @@ fn run_profile(profile: Profile, seeds: std::ops::Range<u64>) {
         opts.profile = profile;
         let out = run_seed(&opts);
         ops += out.ops;
+        snaps += out.snapshots;
+        images += out.snapshot_images;
+        judged += out.shifted.0;
+        rejected += out.shifted.1;
         sim += out.sim_time;
         wall += out.wall_time;
         for (k, c) in &out.faults {
@@ -34,7 +39,7 @@ fn run_profile(profile: Profile, seeds: std::ops::Range<u64>) {
         }
     }
     eprintln!(
-        "{profile:?}: {n} schedules, {ops} operations checked, faults {faults:?}, {} failed, {:.0} s simulated in {:.1} s",
+        "{profile:?}: {n} schedules, {ops} operations checked, {snaps} snapshots taken, {images} read back as cuts ({rejected} of {judged} rejected by the previous snapshot's times), faults {faults:?}, {} failed, {:.0} s simulated in {:.1} s",
         failed.len(),
         sim.as_secs_f64(),
         wall.as_secs_f64()
@@ -42,6 +47,16 @@ fn run_profile(profile: Profile, seeds: std::ops::Range<u64>) {
     assert!(
         ops > n as usize * 50,
         "too few operations were checked: {ops}"
+    );
+    assert!(
+        images >= n as usize * 2,
+        "only {images} snapshot images were checked in {n} runs ({snaps} taken)"
+    );
+    // The checker has teeth on the run's own data: a snapshot's image
+    // judged by the times of the snapshot before it is mostly wrong.
+    assert!(
+        rejected * 2 > judged && judged > 0,
+        "the cut checker rejected only {rejected} of {judged} images judged by the previous snapshot's times"
     );
     let crashes = faults.get("Crash").copied().unwrap_or(0);
     assert!(
@@ -157,7 +172,29 @@ fn regression_seeds() {
     // into the next interval and was applied there: a replica held the
     // same version as the others with different bytes. Fixed: the interval
     // is checked after the lock is taken.
+    //
+    // Mixed 478, 489 and churn 24, 267 (snapshots and a clone): a new
+    // primary that lacked a clone's object answered the client's
+    // allocation query from its stale copy before recovering it, so the
+    // clone's client read the parent snapshot's data (zeros, or an older
+    // value) for a block the clone had written and was acknowledged.
+    // Fixed: an allocation query waits for recovery as a read does.
+    //
+    // Mixed 372: snap trim lost a request that arrived during the last
+    // call of a pass over the same volume. Mixed 386, 562: a write stamped
+    // with a removed snapshot's sequence landed after its object was
+    // trimmed and made a clone nothing trimmed again. Fixed: a volume
+    // scheduled while trim runs gets another pass; a stale-sequence write
+    // that left a dead clone schedules trim. (The reclaim step fails on
+    // clones no live snapshot reads.)
     for (profile, seed) in [
+        (Profile::Mixed, 372),
+        (Profile::Mixed, 386),
+        (Profile::Mixed, 562),
+        (Profile::Mixed, 478),
+        (Profile::Mixed, 489),
+        (Profile::Churn, 24),
+        (Profile::Churn, 267),
         (Profile::Mixed, 7234),
         (Profile::Mixed, 161),
         (Profile::Mixed, 454),
@@ -209,12 +246,53 @@ fn broken_replication_is_caught_in_several_of_20_seeds() {
         "acknowledging after the primary alone went unnoticed in {} of 20 seeds",
         20 - caught.len()
     );
+    // A lost acknowledged write also shows in the snapshots taken after
+    // it: one that misses it, or a read of one that went back.
     for (seed, why) in &caught {
         assert!(
             why.contains("stale read")
                 || why.contains("replicas differ")
-                || why.contains("went back"),
+                || why.contains("went back")
+                || why.contains("before the create started")
+                || why.contains("is not a cut")
+                || why.contains("under the faults returned"),
             "seed {seed} failed for another reason: {why}"
         );
     }
+}
+
+/// The known gap of several writers: a client that has not seen the map
+/// with a new snapshot yet lands a write in it after another client's
+/// write, stamped with the new sequence, was acknowledged outside it. The
+/// volume two clients write is judged by the start and end rules only
+/// (seeds 0-999 above pass so); judged by the whole cut rule
+/// (`--cross-client-cuts`) about one seed in two hundred breaks it, and for
+/// no other reason. Seeds found on this build are tried first; a seed's
+/// interleaving depends on the build, so if none of them shows the gap any
+/// more the search goes on from seed 0 (bounded).
+#[test]
+fn several_writers_break_the_cut_rule_that_one_writer_keeps() {
+    const KNOWN: [u64; 3] = [218, 595, 649];
+    const SEARCH: u64 = 1000;
+    let mut tried = 0;
+    for seed in KNOWN
+        .into_iter()
+        .chain((0..SEARCH).filter(|s| !KNOWN.contains(s)))
+    {
+        let mut opts = RunOptions::new(seed);
+        opts.cross_client_cuts = true;
+        tried += 1;
+        let Some(f) = run_seed(&opts).failure else {
+            continue;
+        };
+        for line in f.lines() {
+            assert!(
+                line.starts_with("simvol@") && line.contains("is not a cut"),
+                "seed {seed} failed for another reason: {line}"
+            );
+        }
+        eprintln!("seed {seed} shows the several-writer gap ({tried} seeds tried):\n{f}");
+        return;
+    }
+    panic!("no seed of {tried} showed the several-writer gap under --cross-client-cuts");
 }
