@@ -536,8 +536,9 @@ async fn check_reads(m: &ShardMap, model: &Model, what: &str) {
     }
 }
 
-/// OSD `addr`'s whole copy of `oid` as it answers a recovery pull.
-async fn pull(addr: SocketAddr, oid: ObjectId) -> (Message, Vec<u8>) {
+/// A connection to OSD `addr` as another OSD, and `oid`'s target for
+/// recovery requests.
+async fn as_peer(addr: SocketAddr, oid: ObjectId) -> (Rc<RpcConn>, Target) {
     let c = RpcConn::connect(addr, Role::Osd(OsdId(900)), Duration::from_secs(5))
         .await
         .expect("connect");
@@ -546,6 +547,12 @@ async fn pull(addr: SocketAddr, oid: ObjectId) -> (Message, Vec<u8>) {
         epoch: Epoch(0),
         oid,
     };
+    (c, t)
+}
+
+/// OSD `addr`'s whole copy of `oid` as it answers a recovery pull.
+async fn pull(addr: SocketAddr, oid: ObjectId) -> (Message, Vec<u8>) {
+    let (c, t) = as_peer(addr, oid).await;
     let (m, d) = c
         .call(&Message::Pull(t), None, Duration::from_secs(20))
         .await
@@ -889,14 +896,7 @@ fn a_fill_write_never_overwrites_what_the_object_holds() {
 /// OSD `addr`'s copy of `oid` a layer at a time, as it answers layer
 /// pulls: the head's answer, then each clone's.
 async fn pull_by_layer(addr: SocketAddr, oid: ObjectId) -> Vec<(Message, Vec<u8>)> {
-    let c = RpcConn::connect(addr, Role::Osd(OsdId(900)), Duration::from_secs(5))
-        .await
-        .expect("connect");
-    let target = Target {
-        pg: pg_for(POOL, PGS, oid),
-        epoch: Epoch(0),
-        oid,
-    };
+    let (c, target) = as_peer(addr, oid).await;
     let c = &c;
     let layer = |layer| async move {
         let req = Message::PullLayer(PullLayerReq { target, layer });

@@ -187,17 +187,7 @@ mod tests {
     }
 
     fn w(id: u64, a: u64, b: Option<u64>) -> Op {
-        Op {
-            client: 0,
-            block: 0,
-            kind: Kind::Write(id),
-            invoke: ms(a),
-            complete: b.map(ms),
-            outcome: match b {
-                Some(_) => Outcome::Ok(None),
-                None => Outcome::Failed("timeout".into()),
-            },
-        }
+        Op::test_write(0, 0, id, a, b)
     }
 
     fn r(v: u64, a: u64, b: u64) -> Op {

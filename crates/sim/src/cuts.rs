@@ -182,17 +182,7 @@ mod tests {
     }
 
     fn w(client: u32, block: u32, id: u64, a: u64, b: Option<u64>) -> Op {
-        Op {
-            client,
-            block,
-            kind: Kind::Write(id),
-            invoke: ms(a),
-            complete: b.map(ms),
-            outcome: match b {
-                Some(_) => Outcome::Ok(None),
-                None => Outcome::Failed("timeout".into()),
-            },
-        }
+        Op::test_write(client, block, id, a, b)
     }
 
     fn cut(start: u64, end: u64) -> Cut {

@@ -405,17 +405,7 @@ mod tests {
     }
 
     fn w(block: u32, id: u64, a: u64, b: Option<u64>) -> Op {
-        Op {
-            client: 0,
-            block,
-            kind: Kind::Write(id),
-            invoke: ms(a),
-            complete: b.map(ms),
-            outcome: match b {
-                Some(_) => Outcome::Ok(None),
-                None => Outcome::Failed("timeout".into()),
-            },
-        }
+        Op::test_write(0, block, id, a, b)
     }
 
     fn log_with(reads: &[(u32, u64, u64)]) -> SnapLog {

@@ -52,6 +52,27 @@ pub struct Op {
     pub outcome: Outcome,
 }
 
+#[cfg(test)]
+impl Op {
+    /// A write made up for the checkers' tests: value `id` to `block` by
+    /// `client`, called at `a` ms and returned at `b` ms (`None`: it
+    /// failed).
+    pub(crate) fn test_write(client: u32, block: u32, id: u64, a: u64, b: Option<u64>) -> Op {
+        let ms = Duration::from_millis;
+        Op {
+            client,
+            block,
+            kind: Kind::Write(id),
+            invoke: ms(a),
+            complete: b.map(ms),
+            outcome: match b {
+                Some(_) => Outcome::Ok(None),
+                None => Outcome::Failed("timeout".into()),
+            },
+        }
+    }
+}
+
 /// Every operation of a run, in invocation order.
 #[derive(Default)]
 pub struct History {

@@ -277,18 +277,7 @@ async fn commit<D: BlockDevice>(inner: &Inner<D>, batch: Batch, id: u64) -> Resu
 
     let mut st = inner.st.borrow_mut();
     for (part, (lpos, prev_crc, buf_first)) in parts.iter_mut().zip(written) {
-        let inline = part
-            .entries
-            .iter()
-            .filter(|e| e.kind == EntryKind::WriteInline)
-            .map(|e| InlineRef {
-                oid: e.oid,
-                start_blk: e.start_blk,
-                nblk: e.nblk,
-                buf: e.buf,
-                first: e.loc as u32,
-            })
-            .collect();
+        let inline = InlineRef::of(&part.entries);
         let recno = st.journal.push(JRec {
             lpos,
             prev_crc,

@@ -19,7 +19,7 @@ use crate::device::BlockDevice;
 use crate::error::{Result, StoreError};
 use crate::layout::{self, DeviceHeader, DeviceRole, FormatOptions, OsdIdentity, SliceLayout};
 use crate::objects::{BlockEntry, Loc, ObjectMeta, ObjectTable};
-use crate::record::{self, Entry, EntryKind, FLAG_CONTINUED, FLAG_WRAP};
+use crate::record::{self, Entry, FLAG_CONTINUED, FLAG_WRAP};
 use crate::signal::Signal;
 use crate::snaps::{CloneMeta, SnapState};
 use crate::state::{Batch, InlineRef, JRec, Journal, State};
@@ -226,18 +226,8 @@ impl<D: BlockDevice> Store<D> {
         };
         let mut to_apply = Vec::new();
         for r in scan.records {
-            let inline = r
-                .entries
-                .iter()
-                .filter(|e| e.kind == EntryKind::WriteInline)
-                .map(|e| InlineRef {
-                    oid: e.oid,
-                    start_blk: e.start_blk,
-                    nblk: e.nblk,
-                    buf: 0,
-                    first: e.loc as u32,
-                })
-                .collect();
+            // Decoded inline entries all point into the record's one buffer.
+            let inline = InlineRef::of(&r.entries);
             let recno = jr.push(JRec {
                 lpos: r.lpos,
                 prev_crc: r.prev_crc,

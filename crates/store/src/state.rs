@@ -28,6 +28,24 @@ pub(crate) struct InlineRef {
     pub first: u32,
 }
 
+impl InlineRef {
+    /// Where the inline writes among `entries` (one record's) keep their
+    /// blocks.
+    pub(crate) fn of(entries: &[Entry]) -> Vec<InlineRef> {
+        entries
+            .iter()
+            .filter(|e| e.kind == EntryKind::WriteInline)
+            .map(|e| InlineRef {
+                oid: e.oid,
+                start_blk: e.start_blk,
+                nblk: e.nblk,
+                buf: e.buf,
+                first: e.loc as u32,
+            })
+            .collect()
+    }
+}
+
 /// A durable journal record kept in memory until its space is trimmed.
 pub(crate) struct JRec {
     pub lpos: u64,
