@@ -32,14 +32,22 @@ type Answer = (Message, Option<AlignedBuf>);
 
 impl<D: BlockDevice + 'static, P: Peers> Shard<D, P> {
     /// Refuses a mutation whose snap context is older than this shard's
-    /// map says the object's volume is at.
+    /// map says the object's volume is at, or than the object was last
+    /// written under: a client whose map already had a newer snapshot
+    /// wrote it, which made the snapshot's clone, so a write with the old
+    /// context would land outside the snapshot although its sender may
+    /// have writes in the snapshot that it issued after this one was
+    /// acknowledged. (Called under the object's lock.)
     pub(crate) fn check_snap_seq(
         &self,
         t: &Target,
         snap_seq: u64,
         interval: Epoch,
     ) -> Result<(), Answer> {
-        let known = self.map().snap_seq(t.oid.volume.0);
+        let known = self
+            .map()
+            .snap_seq(t.oid.volume.0)
+            .max(self.store.snap_seq_of(t.oid));
         if snap_seq < known {
             return Err(error(
                 Status::StaleSnapSeq,

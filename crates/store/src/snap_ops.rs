@@ -495,6 +495,13 @@ impl<D: BlockDevice> Store<D> {
         out
     }
 
+    /// The snapshot sequence `oid`'s head was last written under (0: none,
+    /// or no such object).
+    pub fn snap_seq_of(&self, oid: ObjectId) -> u64 {
+        let st = self.inner.st.borrow();
+        st.objects.get(&oid).map_or(0, |o| o.seq())
+    }
+
     /// The object's snapshot state, if it has any.
     pub fn snaps(&self, oid: ObjectId) -> Option<SnapInfo> {
         let st = self.inner.st.borrow();
