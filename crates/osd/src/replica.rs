@@ -288,11 +288,9 @@ impl<D: BlockDevice + 'static, P: Peers> Shard<D, P> {
             Ok(None) => return (Message::Reply(Reply::ok(Version::ZERO)), None),
             Err(e) => return error(status_of(&e), Epoch(0), e.to_string()),
         };
-        let held = if req.layer == 0 {
-            img.head.is_some()
-        } else {
-            img.clones.iter().any(|c| c.id == req.layer)
-        };
+        // Layer 0 always answers (with the layout, and no head if the
+        // object lives on for its snapshots only).
+        let held = req.layer == 0 || img.clones.iter().any(|c| c.id == req.layer);
         if !held {
             return error(
                 Status::InvalidArgument,

@@ -924,7 +924,8 @@ async fn pull_by_layer(addr: SocketAddr, oid: ObjectId) -> Vec<(Message, Vec<u8>
 /// Objects whose head and four clones (20 MiB) do not fit one message are
 /// recovered a layer at a time, in both directions: one where the stale
 /// OSD is the PG's primary (it pulls the layers) and one where it is a
-/// replica (the primary sends a fetch, the replica pulls the layers).
+/// replica (the primary sends a fetch, the replica pulls the layers); and
+/// one whose head was deleted, which lives on in five clones.
 /// Every PG comes back clean, every member holds the same layers, and the
 /// rebuilt OSD alone serves every snapshot of both exactly.
 #[test]
@@ -941,14 +942,21 @@ fn objects_too_large_for_one_message_are_recovered_a_layer_at_a_time() {
             .expect("an object in such a PG")
     };
     let bigs = [find(true), find(false)];
+    // Lives on for its snapshots only: its head is deleted after a fifth
+    // snapshot, so its clones alone (20 MiB) do not fit one message.
+    let headless = (0..)
+        .map(|i| ObjectId::new(VOLUME, i))
+        .find(|o| !bigs.contains(o))
+        .expect("a third object");
     let rt = compio::runtime::Runtime::new().unwrap();
     assert_eq!(OBJECT_BLOCKS * 4096, 4 << 20);
 
     let m1 = map_with(1, 1, &addrs, &all, Some(0), 2, &|i| (full(i), vec![]));
     install(&m1, &osds.values().collect::<Vec<_>>());
     wait_all_clean(&osds.values().collect::<Vec<_>>(), "interval 1");
+    let all_three = [bigs[0], bigs[1], headless];
     rt.block_on(async {
-        for big in bigs {
+        for big in all_three {
             write_whole(&m1, big, 100, 0).await;
         }
     });
@@ -960,11 +968,24 @@ fn objects_too_large_for_one_message_are_recovered_a_layer_at_a_time() {
         let m = map_with(1 + seq, 2, &addrs, &[0, 1], Some(seq), 2, &degraded);
         install(&m, &osds.values().collect::<Vec<_>>());
         rt.block_on(async {
-            for big in bigs {
+            for big in all_three {
                 write_whole(&m, big, 100 + seq, seq).await;
             }
         });
     }
+    // A fifth snapshot, then the third object's head is deleted.
+    let m5 = map_with(6, 2, &addrs, &[0, 1], Some(5), 2, &degraded);
+    install(&m5, &osds.values().collect::<Vec<_>>());
+    rt.block_on(async {
+        let op = SubOp {
+            snap_seq: 5,
+            ..sub_op(&m5, headless, Version::new(2, 1_000_000), SubOpKind::Delete)
+        };
+        for member in &m5.pgs[&op.target.pg].acting {
+            let r = as_primary(&m5, *member, &op, None).await;
+            assert_eq!(r.status, Status::Ok, "delete on {member}: {}", r.message);
+        }
+    });
     let whole = rt.block_on(pull(addrs[&0], bigs[0]));
     assert!(
         matches!(&whole.0, Message::Reply(r) if r.status == Status::InvalidArgument
@@ -976,17 +997,22 @@ fn objects_too_large_for_one_message_are_recovered_a_layer_at_a_time() {
     // osd 2 returns and is recovered.
     osds.insert(2, TestOsd::start(2, osd_path(dir.path(), 2), None));
     addrs.insert(2, osds[&2].addr);
-    let back = map_with(6, 6, &addrs, &all, Some(4), 2, &|i| {
+    let back = map_with(7, 7, &addrs, &all, Some(5), 2, &|i| {
         (full(i), vec![(1, full(i)), (2, without_2(i))])
     });
     let refs: Vec<&TestOsd> = osds.values().collect();
     install(&back, &refs);
     wait_all_clean(&refs, "osd 2 back");
-    assert!(recovered(&refs) >= 2, "both objects were recovered");
+    assert!(recovered(&refs) >= 3, "the three objects were recovered");
     rt.block_on(async {
-        for big in bigs {
+        for big in all_three {
             let layers = pull_by_layer(addrs[&0], big).await;
-            assert_eq!(layers.len(), 5, "{big}: the head and four clones");
+            let clones = if big == headless { 5 } else { 4 };
+            assert_eq!(
+                layers.len(),
+                1 + clones,
+                "{big}: the head's answer and each clone's"
+            );
             for o in [1, 2] {
                 assert!(
                     pull_by_layer(addrs[&o], big).await == layers,
@@ -996,13 +1022,13 @@ fn objects_too_large_for_one_message_are_recovered_a_layer_at_a_time() {
         }
     });
 
-    // osd 2 alone serves both whole.
+    // osd 2 alone serves all three whole.
     drop(refs);
     for i in [0, 1] {
         osds.remove(&i).expect("running").stop();
     }
-    let alone = map_with(7, 7, &addrs, &[2], Some(4), 1, &|i| {
-        (vec![2], vec![(6, full(i))])
+    let alone = map_with(8, 8, &addrs, &[2], Some(5), 1, &|i| {
+        (vec![2], vec![(7, full(i))])
     });
     let osd = &osds[&2];
     install(&alone, &[osd]);
@@ -1013,6 +1039,8 @@ fn objects_too_large_for_one_message_are_recovered_a_layer_at_a_time() {
                 holds_generation(&alone, big, None, 104).await,
                 "{big}: head"
             );
+        }
+        for big in all_three {
             for snap in 1..=4u64 {
                 assert!(
                     holds_generation(&alone, big, Some(snap), 99 + snap).await,
@@ -1020,6 +1048,15 @@ fn objects_too_large_for_one_message_are_recovered_a_layer_at_a_time() {
                 );
             }
         }
+        assert!(
+            holds_generation(&alone, headless, Some(5), 104).await,
+            "{headless}: snapshot 5"
+        );
+        assert_eq!(
+            read_len(&alone, headless, 0, 4096, None).await,
+            vec![0u8; 4096],
+            "{headless}: no head"
+        );
     });
 }
 
