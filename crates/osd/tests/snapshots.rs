@@ -197,6 +197,18 @@ async fn call_within(
 }
 
 async fn write(m: &ShardMap, oid: ObjectId, off: u64, data: &[u8], snap_seq: u64) -> Reply {
+    send_write(m, oid, off, data, snap_seq, false).await
+}
+
+/// A client write (with `fill`, a flatten's fill) of `data` at `off`.
+async fn send_write(
+    m: &ShardMap,
+    oid: ObjectId,
+    off: u64,
+    data: &[u8],
+    snap_seq: u64,
+    fill: bool,
+) -> Reply {
     let crc = crc32c::crc32c(data);
     let msg = |target| {
         Message::Write(WriteReq {
@@ -204,7 +216,7 @@ async fn write(m: &ShardMap, oid: ObjectId, off: u64, data: &[u8], snap_seq: u64
             offset: off,
             data_crc: crc,
             fua: false,
-            fill: false,
+            fill,
             snap_seq,
         })
     };
@@ -844,23 +856,6 @@ fn a_fill_write_never_overwrites_what_the_object_holds() {
     wait_all_clean(&refs, "interval 1");
     let oid = ObjectId::new(VOLUME, 3);
     let rt = compio::runtime::Runtime::new().unwrap();
-    let fill_write = |off: u64, data: Vec<u8>| {
-        let m = &m;
-        async move {
-            let crc = crc32c::crc32c(&data);
-            let msg = |target| {
-                Message::Write(WriteReq {
-                    target,
-                    offset: off,
-                    data_crc: crc,
-                    fua: false,
-                    fill: true,
-                    snap_seq: 0,
-                })
-            };
-            call(m, oid, msg, Some(&data)).await.0
-        }
-    };
     rt.block_on(async {
         // The client's blocks: 1 and 4..6 of 0..8.
         let client = [1u64, 4, 5];
@@ -868,7 +863,7 @@ fn a_fill_write_never_overwrites_what_the_object_holds() {
             let r = write(&m, oid, b * 4096, &vec![0xc1; 4096], 0).await;
             assert_eq!(r.status, Status::Ok, "{}", r.message);
         }
-        let r = fill_write(0, vec![0xf1; 8 * 4096]).await;
+        let r = send_write(&m, oid, 0, &[0xf1; 8 * 4096], 0, true).await;
         assert_eq!(r.status, Status::Ok, "{}", r.message);
         let got = read_len(&m, oid, 0, 8 * 4096, None).await;
         for (b, block) in got.chunks(4096).enumerate() {
@@ -880,7 +875,7 @@ fn a_fill_write_never_overwrites_what_the_object_holds() {
             assert!(block.iter().all(|x| *x == want), "block {b}");
         }
         let before = pull(addrs[&0], oid).await;
-        let r = fill_write(0, vec![0xf2; 8 * 4096]).await;
+        let r = send_write(&m, oid, 0, &[0xf2; 8 * 4096], 0, true).await;
         assert_eq!(r.status, Status::Ok, "{}", r.message);
         assert!(
             pull(addrs[&0], oid).await == before,

@@ -20,7 +20,7 @@ mod common;
 use common::*;
 use std::path::Path;
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
@@ -31,12 +31,6 @@ const STEP: u64 = 2 * MIB;
 const STEPS: u64 = 24;
 /// Volumes in the memory measurement.
 const VOLUMES: usize = 1000;
-
-fn unix_now() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs())
-}
 
 /// `pontoon df --history --json` (optionally with more flags).
 fn history(dir: &Path, extra: &[&str]) -> Value {

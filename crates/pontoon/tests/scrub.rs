@@ -29,7 +29,7 @@ use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use pontoon_testtools::{need, run};
 use pontoon_types::ObjectId;
@@ -69,12 +69,6 @@ fn block(b: u32) -> Vec<u8> {
 
 fn source() -> Vec<u8> {
     (0..(VOLUME / BLOCK_U64) as u32).flat_map(block).collect()
-}
-
-fn unix_now() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs())
 }
 
 fn img(dir: &Path, osd: u32) -> std::path::PathBuf {

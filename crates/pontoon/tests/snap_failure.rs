@@ -763,12 +763,6 @@ fn test_dir(prefix: &str) -> (Option<tempfile::TempDir>, std::path::PathBuf) {
     (Some(tmp), dir)
 }
 
-fn unix_now() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs())
-}
-
 /// `pontoon snap create v@NAME`, timed by the writer's clock.
 fn snap_create(dir: &Path, t0: Instant, name: &str) -> Snap {
     let start = t0.elapsed().as_micros() as u64;
@@ -826,33 +820,8 @@ fn check_images(port: u16, h: &History, snaps: &[Snap]) -> (Vec<String>, Vec<Vec
 /// Deep-scrubs pool `p` (which compares the heads' data and the clones'
 /// metadata of every replica) and names every PG where copies differ.
 fn deep_scrub_findings(dir: &Path) -> Vec<String> {
-    let stamp = |p: &serde_json::Value| p["scrub"]["last_deep_scrub_unix"].as_u64();
-    let last = json(dir, &["pg", "ls", "--json"])
-        .as_array()
-        .and_then(|a| a.iter().filter_map(stamp).max())
-        .unwrap_or(0);
-    // So that a stamp at or after the request is a new scrub's.
-    while unix_now() <= last {
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let asked = unix_now();
-    ok(dir, &["pool", "deep-scrub", "p"]);
-    let pgs = wait_json(
-        dir,
-        &["pg", "ls", "--json"],
-        "every PG deep-scrubbed after the check",
-        Duration::from_secs(60),
-        |v| {
-            v.as_array().is_some_and(|a| {
-                !a.is_empty()
-                    && a.iter().all(|p| {
-                        stamp(p).is_some_and(|t| t >= asked) && p["scrub"]["progress"].is_null()
-                    })
-            })
-        },
-    );
     let mut bad = Vec::new();
-    for pg in pgs.as_array().into_iter().flatten() {
+    for pg in deep_scrub(dir, "p", Duration::from_secs(60)) {
         let sc = &pg["scrub"];
         if sc["inconsistent_objects"] != 0 || sc["unrecoverable_objects"] != 0 {
             bad.push(format!(

@@ -15,7 +15,7 @@
 mod common;
 
 use std::path::Path;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use common::qemu::*;
 use common::*;
@@ -112,34 +112,11 @@ fn osd_metric(dir: &Path, name: &str) -> u64 {
     total
 }
 
-fn unix_now() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs())
-}
-
 /// Deep-scrubs pool `p` and asserts every PG found its copies consistent.
 fn deep_scrub_clean(dir: &Path) {
-    let asked = unix_now();
-    ok(dir, &["pool", "deep-scrub", "p"]);
-    let pgs = wait_json(
-        dir,
-        &["pg", "ls", "--json"],
-        "every PG deep-scrubbed",
-        Duration::from_secs(20),
-        |v| {
-            v.as_array().is_some_and(|a| {
-                a.len() == PGS
-                    && a.iter().all(|p| {
-                        p["scrub"]["last_deep_scrub_unix"]
-                            .as_u64()
-                            .is_some_and(|t| t >= asked)
-                            && p["scrub"]["progress"].is_null()
-                    })
-            })
-        },
-    );
-    for p in pgs.as_array().into_iter().flatten() {
+    let pgs = deep_scrub(dir, "p", Duration::from_secs(20));
+    assert_eq!(pgs.len(), PGS, "every PG listed");
+    for p in &pgs {
         let s = &p["scrub"];
         assert!(
             s["inconsistent_objects"] == 0 && s["unrecoverable_objects"] == 0,

@@ -456,3 +456,42 @@ pub fn snap_records(dir: &Path, volume: &str) -> serde_json::Value {
     }
     v
 }
+
+/// Seconds since the Unix epoch (0 if the clock is before it).
+pub fn unix_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+/// Deep-scrubs pool `pool` and waits (at most `patience`) until every PG
+/// reports a deep scrub that started after the request and none in
+/// progress; returns `pg ls --json`'s rows then.
+pub fn deep_scrub(dir: &Path, pool: &str, patience: Duration) -> Vec<Value> {
+    let stamp = |p: &Value| p["scrub"]["last_deep_scrub_unix"].as_u64();
+    let last = json(dir, &["pg", "ls", "--json"])
+        .as_array()
+        .and_then(|a| a.iter().filter_map(stamp).max())
+        .unwrap_or(0);
+    // So that a stamp at or after the request is a new scrub's.
+    while unix_now() <= last {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let asked = unix_now();
+    ok(dir, &["pool", "deep-scrub", pool]);
+    let pgs = wait_json(
+        dir,
+        &["pg", "ls", "--json"],
+        &format!("every PG of pool {pool} deep-scrubbed"),
+        patience,
+        |v| {
+            v.as_array().is_some_and(|a| {
+                !a.is_empty()
+                    && a.iter().all(|p| {
+                        stamp(p).is_some_and(|t| t >= asked) && p["scrub"]["progress"].is_null()
+                    })
+            })
+        },
+    );
+    pgs.as_array().cloned().unwrap_or_default()
+}
